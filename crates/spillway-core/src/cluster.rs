@@ -1,0 +1,217 @@
+//! The engine's mutable view of the cluster: jobs, nodes, teams, per-pool indexes, the ledger and counters,
+//! with the few operations that keep them consistent (bind, unbind, node state changes).
+
+use crate::config::{Config, Market};
+use crate::ledger::Ledger;
+use crate::model::{Job, JobId, Node, NodeId, NodeState};
+use crate::time::Time;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A team as the engine tracks it: quota, weight and GPUs in use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamState {
+    pub name: String,
+    pub quota_gpus: Option<u32>,
+    pub weight: f64,
+    pub used_gpus: u32,
+}
+
+/// Runtime state of a pool.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolState {
+    /// Nodes requested, ready or draining.
+    pub alive: u32,
+    /// Nodes requested and not yet ready.
+    pub requested: BTreeSet<NodeId>,
+    pub last_scale_out: Option<Time>,
+    pub last_scale_in: Option<Time>,
+    /// Ready nodes without jobs, by the time they became idle.
+    pub idle: BTreeSet<(Time, NodeId)>,
+}
+
+/// Counters reported at the end of a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counters {
+    pub scale_actions: u64,
+    pub nodes_launched: u64,
+    pub launch_failures: u64,
+    pub preemptions: u64,
+    pub requeues: u64,
+    /// GPU-milliseconds of work lost by stopped attempts (time since their last checkpoint).
+    pub lost_gpu_ms: i128,
+}
+
+/// Jobs, nodes, teams and indexes.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub jobs: Vec<Job>,
+    pub nodes: Vec<Node>,
+    pub teams: Vec<TeamState>,
+    pub team_index: BTreeMap<String, usize>,
+    /// Per pool: ready nodes with free GPUs, by (free GPUs, id), for best-fit search.
+    pub free: Vec<BTreeSet<(u32, NodeId)>>,
+    pub pools: Vec<PoolState>,
+    pub ledger: Ledger,
+    pub counters: Counters,
+    /// Per (pool, instance type): launches held off until this time after failures, and the failure streak.
+    pub backoff: BTreeMap<(usize, usize), (Time, u32)>,
+}
+
+impl Cluster {
+    /// Returns a cluster with the fixed pools' nodes ready at `now` and no jobs.
+    pub fn new(cfg: &Config, now: Time) -> Cluster {
+        let mut c = Cluster {
+            jobs: Vec::new(),
+            nodes: Vec::new(),
+            teams: Vec::new(),
+            team_index: BTreeMap::new(),
+            free: vec![BTreeSet::new(); cfg.pools.len()],
+            pools: vec![PoolState::default(); cfg.pools.len()],
+            ledger: Ledger::new(cfg.pools.len(), cfg.tiers.len()),
+            counters: Counters::default(),
+            backoff: BTreeMap::new(),
+        };
+        for t in &cfg.teams {
+            c.team(&t.name, t.quota_gpus, t.weight);
+        }
+        for (p, pool) in cfg.pools.iter().enumerate().filter(|(_, p)| p.market == Market::Fixed) {
+            for group in &pool.nodes {
+                for _ in 0..group.count {
+                    let price = pool.gpu_usd_per_hour * group.gpus as f64;
+                    let id = c.add_node(p, Market::Fixed, None, group.gpu_model.clone(), group.gpus, price, now);
+                    c.node_ready(id, now);
+                }
+            }
+        }
+        c
+    }
+
+    /// Returns the index of team `name`, adding it (no quota, weight 1) when the config does not list it.
+    pub fn team(&mut self, name: &str, quota: Option<u32>, weight: f64) -> usize {
+        if let Some(&i) = self.team_index.get(name) {
+            return i;
+        }
+        self.teams.push(TeamState { name: name.into(), quota_gpus: quota, weight, used_gpus: 0 });
+        self.team_index.insert(name.into(), self.teams.len() - 1);
+        self.teams.len() - 1
+    }
+
+    /// Adds a node in state `Requested` and returns its id.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_node(
+        &mut self,
+        pool: usize,
+        market: Market,
+        instance_type: Option<usize>,
+        gpu_model: String,
+        gpus: u32,
+        price_usd_per_hour: f64,
+        now: Time,
+    ) -> NodeId {
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(Node {
+            id,
+            pool,
+            market,
+            instance_type,
+            gpu_model,
+            gpus,
+            used: 0,
+            jobs: Vec::new(),
+            state: NodeState::Requested,
+            price_usd_per_hour,
+            requested_at: now,
+            ready_at: None,
+            ended_at: None,
+            idle_since: None,
+            protected: false,
+        });
+        self.pools[pool].alive += 1;
+        self.pools[pool].requested.insert(id);
+        id
+    }
+
+    /// Marks a requested node ready and empty.
+    pub fn node_ready(&mut self, id: NodeId, now: Time) {
+        let n = &mut self.nodes[id.0 as usize];
+        if n.state != NodeState::Requested {
+            return;
+        }
+        n.state = NodeState::Ready;
+        n.ready_at = Some(now);
+        n.idle_since = Some(now);
+        let (pool, gpus) = (n.pool, n.gpus);
+        self.pools[pool].requested.remove(&id);
+        self.pools[pool].idle.insert((now, id));
+        self.free[pool].insert((gpus, id));
+    }
+
+    /// Ends a node's life in `state` (terminated, failed or lost) and books its cost. It must run no job.
+    pub fn node_end(&mut self, id: NodeId, state: NodeState, now: Time) {
+        let n = &mut self.nodes[id.0 as usize];
+        if !n.alive() {
+            return;
+        }
+        let was = n.state;
+        n.state = state;
+        n.ended_at = Some(now);
+        let (pool, market, price, gpus, free) = (n.pool, n.market, n.price_usd_per_hour, n.gpus, n.free());
+        // A failed launch is not billed: the instance never ran.
+        let billed = if state == NodeState::Failed { 0 } else { now - n.requested_at };
+        if let Some(since) = n.idle_since.take() {
+            self.pools[pool].idle.remove(&(since, id));
+        }
+        self.free[pool].remove(&(free, id));
+        self.pools[pool].alive -= 1;
+        if was == NodeState::Requested {
+            self.pools[pool].requested.remove(&id);
+        }
+        self.ledger.book_node(pool, market, price, gpus, billed);
+    }
+
+    /// Binds `gpus` GPUs of `node` to `job`.
+    pub fn bind(&mut self, job: JobId, node: NodeId, gpus: u32) {
+        let n = &mut self.nodes[node.0 as usize];
+        let pool = n.pool;
+        self.free[pool].remove(&(n.free(), node));
+        if let Some(since) = n.idle_since.take() {
+            self.pools[pool].idle.remove(&(since, node));
+        }
+        n.used += gpus;
+        if !n.jobs.contains(&job) {
+            n.jobs.push(job);
+        }
+        if n.free() > 0 {
+            self.free[pool].insert((n.free(), node));
+        }
+        let team = self.jobs[job.0 as usize].team;
+        self.teams[team].used_gpus += gpus;
+    }
+
+    /// Releases every GPU a job holds, books its cost for the attempt, and clears its placement.
+    pub fn release(&mut self, job: JobId, now: Time) {
+        let j = &mut self.jobs[job.0 as usize];
+        let placement = std::mem::take(&mut j.placement);
+        let (team, tier) = (j.team, j.tier);
+        let held_ms = j.attempt_start.map_or(0, |s| now - s);
+        for (node, gpus) in placement {
+            let n = &mut self.nodes[node.0 as usize];
+            let pool = n.pool;
+            self.ledger.book_job(team, tier, gpus, n.gpus, n.price_usd_per_hour, held_ms);
+            if n.free() > 0 {
+                self.free[pool].remove(&(n.free(), node));
+            }
+            n.used -= gpus;
+            n.jobs.retain(|&x| x != job);
+            let usable = n.state == NodeState::Ready;
+            if usable && n.free() > 0 {
+                self.free[pool].insert((n.free(), node));
+            }
+            if usable && n.jobs.is_empty() {
+                n.idle_since = Some(now);
+                self.pools[pool].idle.insert((now, node));
+            }
+            self.teams[team].used_gpus -= gpus;
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Finds the line of a key in a TOML text, so semantic errors (found after parsing) can name where they are.
+//! It understands the subset our configs use: `[table]`, `[table.sub]`, `[[array]]` headers and `key = ...`
+//! lines; anything it cannot find yields `None` and the error still names the key.
+
+/// Returns the 1-based line of `key` inside the `index`-th `[[table]]` entry (or inside `[table]` when `index` is
+/// `None`); with an empty `key`, the line of the header itself.
+pub fn line_of(text: &str, table: &str, index: Option<usize>, key: &str) -> Option<usize> {
+    let mut current: Option<(String, usize)> = None;
+    let mut seen: usize = 0;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if let Some(name) = line.strip_prefix("[[").and_then(|l| l.split("]]").next()) {
+            let name = name.trim().to_string();
+            let idx = if name == table {
+                seen += 1;
+                seen - 1
+            } else {
+                0
+            };
+            current = Some((name, idx));
+            if key.is_empty() && current.as_ref().is_some_and(|(n, k)| n == table && Some(*k) == index) {
+                return Some(i + 1);
+            }
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.split(']').next()) {
+            current = Some((name.trim().to_string(), 0));
+            if key.is_empty() && index.is_none() && name.trim() == table {
+                return Some(i + 1);
+            }
+            continue;
+        }
+        let Some((name, idx)) = &current else {
+            if table.is_empty() && key_matches(line, key) {
+                return Some(i + 1);
+            }
+            continue;
+        };
+        let in_table = name == table && index.is_none_or(|want| want == *idx);
+        if in_table && !key.is_empty() && key_matches(line, key) {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+fn key_matches(line: &str, key: &str) -> bool {
+    let Some(rest) = line.strip_prefix(key) else { return false };
+    let rest = rest.trim_start();
+    rest.starts_with('=')
+        || (key.contains('.') && rest.starts_with('='))
+        || rest.starts_with('.') && rest.contains('=')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_of;
+
+    const TEXT: &str = "[policy]\npreemption = true\n\n[[pools]]\nname = \"a\"\nmax_nodes = 3\n\n[[pools]]\nname = \"b\"\nmin_nodes = 5\nmax_nodes = 2\n[tiers.p1]\nqueue_wait_slo_s = 60\n";
+
+    #[test]
+    fn finds_a_key_in_the_second_array_entry() {
+        assert_eq!(line_of(TEXT, "pools", Some(1), "min_nodes"), Some(10));
+        assert_eq!(line_of(TEXT, "pools", Some(0), "max_nodes"), Some(6));
+        assert_eq!(line_of(TEXT, "pools", Some(1), ""), Some(8));
+    }
+
+    #[test]
+    fn finds_keys_in_plain_and_dotted_tables() {
+        assert_eq!(line_of(TEXT, "policy", None, "preemption"), Some(2));
+        assert_eq!(line_of(TEXT, "tiers.p1", None, "queue_wait_slo_s"), Some(13));
+        assert_eq!(line_of(TEXT, "pools", Some(0), "min_nodes"), None);
+    }
+}

@@ -1,0 +1,394 @@
+//! The cluster configuration (TOML): tiers, teams, instance types, pools, scheduled policies and engine policy.
+//! [`Config::parse`] reads and validates it; every error names the key and, where it can, the line.
+
+mod locate;
+mod validate;
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+pub use validate::ConfigError;
+
+/// Where a pool's nodes come from and how they are paid for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Market {
+    /// On-prem or reserved nodes listed in the config; their cost is amortized per GPU-hour.
+    Fixed,
+    /// Cloud nodes billed at the on-demand price.
+    OnDemand,
+    /// Cloud nodes billed at the spot price; they can be reclaimed.
+    Spot,
+}
+
+impl Market {
+    /// Returns the stable name used in reports and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Market::Fixed => "fixed",
+            Market::OnDemand => "on_demand",
+            Market::Spot => "spot",
+        }
+    }
+    /// Returns the index of the market in `[fixed, on_demand, spot]` arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A tier as written in the config; absent fields take the built-in defaults of the tier of the same name
+/// (`p0`, `p1`, `p2`), so `[tiers.p1] queue_wait_slo_s = 300` changes only that.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierSpec {
+    pub priority: Option<u32>,
+    pub markets: Option<Vec<Market>>,
+    pub queue_wait_slo_s: Option<f64>,
+    pub interruptible: Option<bool>,
+    pub preemptible: Option<bool>,
+    pub checkpoint_interval_s: Option<f64>,
+    pub burst_after_s: Option<f64>,
+    pub spot_fallback_after_s: Option<f64>,
+}
+
+/// A resolved tier: what the scheduler and autoscaler read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tier {
+    pub name: String,
+    /// Lower runs first (`p0` = 0).
+    pub priority: u32,
+    /// Markets this tier may run on; spot only for interruptible jobs.
+    pub markets: Vec<Market>,
+    /// Queue wait after which a job of this tier counts as an SLO miss, and may preempt lower tiers.
+    pub queue_wait_slo_s: f64,
+    /// Whether jobs of this tier may run on spot and be preempted unless they say otherwise.
+    pub interruptible: bool,
+    /// Whether higher tiers may preempt this tier's jobs.
+    pub preemptible: bool,
+    /// How often jobs of this tier checkpoint unless they say otherwise; `None`: never (all work is lost).
+    pub checkpoint_interval_s: Option<f64>,
+    /// How long a job waits for fixed capacity before cloud capacity is bought for it.
+    pub burst_after_s: f64,
+    /// How long an interruptible job waits for spot before on-demand capacity is bought for it.
+    pub spot_fallback_after_s: f64,
+}
+
+/// A team: fair-share weight and an optional hard quota on GPUs in use.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Team {
+    pub name: String,
+    /// Most GPUs the team's jobs may hold at once; absent means no cap.
+    pub quota_gpus: Option<u32>,
+    /// Fair-share weight among teams of the same tier.
+    #[serde(default = "one")]
+    pub weight: f64,
+}
+
+/// A cloud instance type and its prices.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceType {
+    pub name: String,
+    pub gpus: u32,
+    pub gpu_model: String,
+    pub on_demand_usd_per_hour: f64,
+    /// Absent: no spot market for this type.
+    pub spot_usd_per_hour: Option<f64>,
+}
+
+impl InstanceType {
+    /// Returns the hourly price of one node in `market`, if it is sold there.
+    pub fn price_usd_per_hour(&self, market: Market) -> Option<f64> {
+        match market {
+            Market::OnDemand => Some(self.on_demand_usd_per_hour),
+            Market::Spot => self.spot_usd_per_hour,
+            Market::Fixed => None,
+        }
+    }
+}
+
+/// A group of identical fixed nodes.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FixedNodes {
+    pub count: u32,
+    pub gpus: u32,
+    #[serde(default = "any_model")]
+    pub gpu_model: String,
+}
+
+/// A pool of one market. Fixed pools list `nodes` and `gpu_usd_per_hour`; cloud pools list `instance_types`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    pub name: String,
+    pub market: Market,
+    /// Fixed pools: the nodes.
+    #[serde(default)]
+    pub nodes: Vec<FixedNodes>,
+    /// Fixed pools: amortized price per GPU-hour, paid whether used or not.
+    #[serde(default)]
+    pub gpu_usd_per_hour: f64,
+    /// Cloud pools: allowed instance types, in preference order (ties in price go to the earlier one).
+    #[serde(default)]
+    pub instance_types: Vec<String>,
+    #[serde(default)]
+    pub min_nodes: u32,
+    #[serde(default)]
+    pub max_nodes: u32,
+    /// Expected seconds from launch to a usable node (the simulator's median).
+    #[serde(default = "default_boot_s")]
+    pub boot_latency_s: f64,
+    /// Seconds a node stays idle before it is removed.
+    #[serde(default = "default_idle_s")]
+    pub idle_timeout_s: f64,
+    #[serde(default = "default_out_cooldown_s")]
+    pub scale_out_cooldown_s: f64,
+    #[serde(default = "default_in_cooldown_s")]
+    pub scale_in_cooldown_s: f64,
+    /// Largest scale-out per action as a fraction of the pool's current nodes.
+    #[serde(default = "half")]
+    pub max_step_fraction: f64,
+    /// Scale-out per action may always reach this many nodes, so a pool grows from zero.
+    #[serde(default = "two")]
+    pub min_step_nodes: u32,
+    /// Protect every node of the pool from scale-in.
+    #[serde(default)]
+    pub scale_in_protection: bool,
+    /// Simulator: most nodes of each instance type the cloud will run at once (absent: unlimited).
+    #[serde(default)]
+    pub capacity: BTreeMap<String, u32>,
+    /// Simulator: probability that a launch fails for a transient reason.
+    #[serde(default)]
+    pub launch_failure_rate: f64,
+    /// Simulator: log-normal sigma of the boot latency around its median.
+    #[serde(default = "default_jitter")]
+    pub boot_jitter: f64,
+}
+
+/// A scheduled policy: a cron window (in an IANA time zone) during which a pool keeps at least `min_nodes`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    pub pool: String,
+    /// Five-field cron expression: when the window opens.
+    pub cron: String,
+    #[serde(default = "utc")]
+    pub timezone: String,
+    /// How long the window stays open.
+    pub duration_s: f64,
+    pub min_nodes: u32,
+}
+
+/// Engine-wide policy switches and limits.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Whether higher tiers may preempt strictly lower, preemptible tiers.
+    #[serde(default = "yes")]
+    pub preemption: bool,
+    /// Whether small jobs may start on nodes held back for a waiting larger job (off: strict reservation).
+    #[serde(default = "yes")]
+    pub backfill: bool,
+    /// Most queued jobs examined per scheduling pass.
+    #[serde(default = "default_scan_limit")]
+    pub scan_limit: usize,
+    /// Most blocked jobs that hold back nodes for themselves per pass.
+    #[serde(default = "default_reservations")]
+    pub max_reservations: usize,
+    /// Most nodes examined per job when looking for preemption victims.
+    #[serde(default = "default_victim_nodes")]
+    pub preemption_node_limit: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            preemption: true,
+            backfill: true,
+            scan_limit: default_scan_limit(),
+            max_reservations: default_reservations(),
+            preemption_node_limit: default_victim_nodes(),
+        }
+    }
+}
+
+/// Cluster identity and the simulator's calendar.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    #[serde(default = "default_cluster_name")]
+    pub name: String,
+    /// RFC 3339 instant that second 0 of a trace maps to (cron windows use it).
+    #[serde(default = "default_start")]
+    pub start: String,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        ClusterSection { name: default_cluster_name(), start: default_start() }
+    }
+}
+
+/// The file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    cluster: ClusterSection,
+    #[serde(default)]
+    tiers: BTreeMap<String, TierSpec>,
+    #[serde(default)]
+    teams: Vec<Team>,
+    #[serde(default)]
+    instance_types: Vec<InstanceType>,
+    #[serde(default)]
+    pools: Vec<Pool>,
+    #[serde(default)]
+    schedules: Vec<Schedule>,
+    #[serde(default)]
+    policy: Policy,
+}
+
+/// A validated configuration. Tiers are sorted by priority; names are unique; every reference resolves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub cluster: ClusterSection,
+    /// Start of the simulated calendar, ms since the Unix epoch.
+    pub start_ms: i64,
+    pub tiers: Vec<Tier>,
+    pub teams: Vec<Team>,
+    pub instance_types: Vec<InstanceType>,
+    pub pools: Vec<Pool>,
+    pub schedules: Vec<Schedule>,
+    pub policy: Policy,
+}
+
+impl Config {
+    /// Parses and validates a TOML config; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::from_toml(file, text, &e))?;
+        validate::resolve(file, text, raw)
+    }
+
+    /// Returns the tier with `name`.
+    pub fn tier_index(&self, name: &str) -> Option<usize> {
+        self.tiers.iter().position(|t| t.name == name)
+    }
+
+    /// Returns the index of the instance type with `name`.
+    pub fn instance_type_index(&self, name: &str) -> Option<usize> {
+        self.instance_types.iter().position(|t| t.name == name)
+    }
+
+    /// Returns the largest GPU count of any node a job of `tier` could ever run on, for `gpu_model` (or any).
+    pub fn largest_node_gpus(&self, tier: usize, gpu_model: Option<&str>) -> u32 {
+        let markets = &self.tiers[tier].markets;
+        let fits = |model: &str| gpu_model.is_none_or(|m| m == model || model == ANY_MODEL);
+        let mut best = 0;
+        for pool in self.pools.iter().filter(|p| markets.contains(&p.market)) {
+            for n in pool.nodes.iter().filter(|n| fits(&n.gpu_model)) {
+                best = best.max(n.gpus);
+            }
+            for it in pool.instance_types.iter().filter_map(|n| self.instance_type_index(n)) {
+                let it = &self.instance_types[it];
+                if fits(&it.gpu_model) && it.price_usd_per_hour(pool.market).is_some() {
+                    best = best.max(it.gpus);
+                }
+            }
+        }
+        best
+    }
+}
+
+/// The model name fixed nodes get when the config names none; jobs of any GPU type fit it.
+pub const ANY_MODEL: &str = "any";
+
+/// Returns the built-in tier defaults: `p0` core training, `p1` experiments, `p2` preprocessing and evaluation.
+pub fn default_tiers() -> Vec<Tier> {
+    vec![
+        Tier {
+            name: "p0".into(),
+            priority: 0,
+            markets: vec![Market::Fixed, Market::OnDemand],
+            queue_wait_slo_s: 0.0,
+            interruptible: false,
+            preemptible: false,
+            checkpoint_interval_s: Some(3600.0),
+            burst_after_s: 0.0,
+            spot_fallback_after_s: 0.0,
+        },
+        Tier {
+            name: "p1".into(),
+            priority: 1,
+            markets: vec![Market::Fixed, Market::Spot, Market::OnDemand],
+            queue_wait_slo_s: 600.0,
+            interruptible: true,
+            preemptible: true,
+            checkpoint_interval_s: Some(1800.0),
+            burst_after_s: 60.0,
+            spot_fallback_after_s: 300.0,
+        },
+        Tier {
+            name: "p2".into(),
+            priority: 2,
+            markets: vec![Market::Fixed, Market::Spot],
+            queue_wait_slo_s: 3600.0,
+            interruptible: true,
+            preemptible: true,
+            checkpoint_interval_s: Some(900.0),
+            burst_after_s: 300.0,
+            spot_fallback_after_s: f64::INFINITY,
+        },
+    ]
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn half() -> f64 {
+    0.5
+}
+fn two() -> u32 {
+    2
+}
+fn yes() -> bool {
+    true
+}
+fn any_model() -> String {
+    ANY_MODEL.into()
+}
+fn utc() -> String {
+    "UTC".into()
+}
+fn default_boot_s() -> f64 {
+    240.0
+}
+fn default_idle_s() -> f64 {
+    600.0
+}
+fn default_out_cooldown_s() -> f64 {
+    30.0
+}
+fn default_in_cooldown_s() -> f64 {
+    60.0
+}
+fn default_jitter() -> f64 {
+    0.25
+}
+fn default_scan_limit() -> usize {
+    5000
+}
+fn default_reservations() -> usize {
+    8
+}
+fn default_victim_nodes() -> usize {
+    256
+}
+fn default_cluster_name() -> String {
+    "spillway".into()
+}
+fn default_start() -> String {
+    "2025-01-06T00:00:00Z".into()
+}

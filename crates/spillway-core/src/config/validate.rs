@@ -1,0 +1,255 @@
+//! Turns the file as written into a [`Config`]: merges tier defaults, checks every value and reference, and names
+//! the key and line of the first thing that is wrong.
+
+use super::locate::line_of;
+use super::{Config, Market, RawConfig, Tier, default_tiers};
+use std::collections::BTreeSet;
+use std::str::FromStr;
+
+/// A configuration error: the file, the key (`pools[2].min_nodes`), the line when known, and what is wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{file}:{}: {key}: {message}", line.map_or_else(|| "?".to_string(), |l| l.to_string()))]
+pub struct ConfigError {
+    pub file: String,
+    pub key: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl ConfigError {
+    /// Wraps a TOML syntax or type error, keeping its line.
+    pub(super) fn from_toml(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
+        let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let message = e.message().trim().to_string();
+        // toml names the offending key in its message for unknown fields; keep the message as the key hint.
+        ConfigError { file: file.into(), key: "(syntax)".into(), line, message }
+    }
+}
+
+/// Collects the context for errors: the file name and text to locate keys in.
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, table: &str, index: Option<usize>, key: &str, message: String) -> ConfigError {
+        let line = line_of(self.text, table, index, key).or_else(|| line_of(self.text, table, index, ""));
+        let key = match (index, key.is_empty()) {
+            (Some(i), false) => format!("{table}[{i}].{key}"),
+            (Some(i), true) => format!("{table}[{i}]"),
+            (None, false) => format!("{table}.{key}"),
+            (None, true) => table.to_string(),
+        };
+        ConfigError { file: self.file.into(), key, line, message }
+    }
+}
+
+pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, ConfigError> {
+    let cx = Ctx { file, text };
+    let start_ms = chrono::DateTime::parse_from_rfc3339(&raw.cluster.start)
+        .map_err(|e| cx.err("cluster", None, "start", format!("`{}` is not an RFC 3339 time: {e}", raw.cluster.start)))?
+        .timestamp_millis();
+    let tiers = resolve_tiers(&cx, &raw)?;
+    check_teams(&cx, &raw)?;
+    check_instance_types(&cx, &raw)?;
+    check_pools(&cx, &raw, &tiers)?;
+    check_schedules(&cx, &raw)?;
+    if raw.policy.scan_limit == 0 {
+        return Err(cx.err("policy", None, "scan_limit", "must be at least 1".into()));
+    }
+    Ok(Config {
+        cluster: raw.cluster,
+        start_ms,
+        tiers,
+        teams: raw.teams,
+        instance_types: raw.instance_types,
+        pools: raw.pools,
+        schedules: raw.schedules,
+        policy: raw.policy,
+    })
+}
+
+fn resolve_tiers(cx: &Ctx, raw: &RawConfig) -> Result<Vec<Tier>, ConfigError> {
+    let mut tiers = default_tiers();
+    for (name, spec) in &raw.tiers {
+        let table = format!("tiers.{name}");
+        let slot = match tiers.iter().position(|t| &t.name == name) {
+            Some(i) => i,
+            None => {
+                let Some(priority) = spec.priority else {
+                    return Err(cx.err(&table, None, "", format!("new tier `{name}` needs a `priority`")));
+                };
+                let mut t = default_tiers().remove(1);
+                t.name = name.clone();
+                t.priority = priority;
+                tiers.push(t);
+                tiers.len() - 1
+            }
+        };
+        let t = &mut tiers[slot];
+        let secs = |key: &str, v: Option<f64>, min: f64| -> Result<Option<f64>, ConfigError> {
+            match v {
+                Some(x) if !(x >= min) => Err(cx.err(&table, None, key, format!("must be a number >= {min}, got {x}"))),
+                other => Ok(other),
+            }
+        };
+        if let Some(p) = spec.priority {
+            t.priority = p;
+        }
+        if let Some(m) = &spec.markets {
+            if m.is_empty() {
+                return Err(cx.err(&table, None, "markets", "must list at least one market".into()));
+            }
+            t.markets = m.clone();
+        }
+        if let Some(v) = spec.interruptible {
+            t.interruptible = v;
+        }
+        if let Some(v) = spec.preemptible {
+            t.preemptible = v;
+        }
+        t.queue_wait_slo_s = secs("queue_wait_slo_s", spec.queue_wait_slo_s, 0.0)?.unwrap_or(t.queue_wait_slo_s);
+        t.burst_after_s = secs("burst_after_s", spec.burst_after_s, 0.0)?.unwrap_or(t.burst_after_s);
+        t.spot_fallback_after_s =
+            secs("spot_fallback_after_s", spec.spot_fallback_after_s, 0.0)?.unwrap_or(t.spot_fallback_after_s);
+        if let Some(c) = secs("checkpoint_interval_s", spec.checkpoint_interval_s, 1.0)? {
+            t.checkpoint_interval_s = Some(c);
+        }
+    }
+    tiers.sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
+    for w in tiers.windows(2) {
+        if w[0].priority == w[1].priority {
+            let table = format!("tiers.{}", w[1].name);
+            return Err(cx.err(&table, None, "priority", format!("priority {} is also tier `{}`'s", w[1].priority, w[0].name)));
+        }
+    }
+    Ok(tiers)
+}
+
+fn check_teams(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
+    let mut seen = BTreeSet::new();
+    for (i, t) in raw.teams.iter().enumerate() {
+        if !seen.insert(&t.name) {
+            return Err(cx.err("teams", Some(i), "name", format!("team `{}` is defined twice", t.name)));
+        }
+        if !(t.weight > 0.0 && t.weight.is_finite()) {
+            return Err(cx.err("teams", Some(i), "weight", format!("must be > 0, got {}", t.weight)));
+        }
+    }
+    Ok(())
+}
+
+fn check_instance_types(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
+    let mut seen = BTreeSet::new();
+    for (i, it) in raw.instance_types.iter().enumerate() {
+        if !seen.insert(&it.name) {
+            return Err(cx.err("instance_types", Some(i), "name", format!("instance type `{}` is defined twice", it.name)));
+        }
+        if it.gpus == 0 {
+            return Err(cx.err("instance_types", Some(i), "gpus", "must be at least 1".into()));
+        }
+        let bad = |p: f64| !(p >= 0.0 && p.is_finite());
+        if bad(it.on_demand_usd_per_hour) {
+            return Err(cx.err("instance_types", Some(i), "on_demand_usd_per_hour", "must be a price >= 0".into()));
+        }
+        if it.spot_usd_per_hour.is_some_and(bad) {
+            return Err(cx.err("instance_types", Some(i), "spot_usd_per_hour", "must be a price >= 0".into()));
+        }
+    }
+    Ok(())
+}
+
+fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigError> {
+    let mut seen = BTreeSet::new();
+    let e = |i: usize, key: &str, msg: String| cx.err("pools", Some(i), key, msg);
+    for (i, p) in raw.pools.iter().enumerate() {
+        if !seen.insert(&p.name) {
+            return Err(e(i, "name", format!("pool `{}` is defined twice", p.name)));
+        }
+        if p.market == Market::Fixed {
+            if p.nodes.is_empty() {
+                return Err(e(i, "nodes", format!("fixed pool `{}` lists no nodes", p.name)));
+            }
+            if !p.instance_types.is_empty() {
+                return Err(e(i, "instance_types", "a fixed pool lists `nodes`, not instance types".into()));
+            }
+            if let Some(n) = p.nodes.iter().find(|n| n.gpus == 0) {
+                return Err(e(i, "nodes", format!("a node group of {} nodes has 0 GPUs", n.count)));
+            }
+            if !(p.gpu_usd_per_hour >= 0.0 && p.gpu_usd_per_hour.is_finite()) {
+                return Err(e(i, "gpu_usd_per_hour", "must be a price >= 0".into()));
+            }
+            continue;
+        }
+        if p.instance_types.is_empty() {
+            return Err(e(i, "instance_types", format!("cloud pool `{}` allows no instance types", p.name)));
+        }
+        for name in &p.instance_types {
+            let Some(it) = raw.instance_types.iter().find(|t| &t.name == name) else {
+                return Err(e(i, "instance_types", format!("unknown instance type `{name}` (not in [[instance_types]])")));
+            };
+            if it.price_usd_per_hour(p.market).is_none() {
+                return Err(e(i, "instance_types", format!("instance type `{name}` has no {} price", p.market.as_str())));
+            }
+        }
+        for name in p.capacity.keys() {
+            if !p.instance_types.contains(name) {
+                return Err(e(i, "capacity", format!("capacity names `{name}`, which the pool does not allow")));
+            }
+        }
+        if p.min_nodes > p.max_nodes {
+            return Err(e(i, "min_nodes", format!("min_nodes {} > max_nodes {}", p.min_nodes, p.max_nodes)));
+        }
+        if p.max_nodes == 0 {
+            return Err(e(i, "max_nodes", "a cloud pool needs max_nodes >= 1".into()));
+        }
+        for (key, v) in [
+            ("boot_latency_s", p.boot_latency_s),
+            ("idle_timeout_s", p.idle_timeout_s),
+            ("scale_out_cooldown_s", p.scale_out_cooldown_s),
+            ("scale_in_cooldown_s", p.scale_in_cooldown_s),
+            ("max_step_fraction", p.max_step_fraction),
+            ("boot_jitter", p.boot_jitter),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(e(i, key, format!("must be a finite number >= 0, got {v}")));
+            }
+        }
+        if !(0.0..=1.0).contains(&p.launch_failure_rate) {
+            return Err(e(i, "launch_failure_rate", "must be a probability in [0, 1]".into()));
+        }
+    }
+    if raw.pools.is_empty() {
+        return Err(cx.err("pools", None, "", "the config defines no pools".into()));
+    }
+    for t in tiers {
+        if !raw.pools.iter().any(|p| t.markets.contains(&p.market)) {
+            let table = format!("tiers.{}", t.name);
+            return Err(cx.err(&table, None, "markets", format!("tier `{}` may run on no pool of this config", t.name)));
+        }
+    }
+    Ok(())
+}
+
+fn check_schedules(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
+    for (i, s) in raw.schedules.iter().enumerate() {
+        let e = |key: &str, msg: String| cx.err("schedules", Some(i), key, msg);
+        let Some(pool) = raw.pools.iter().find(|p| p.name == s.pool) else {
+            return Err(e("pool", format!("unknown pool `{}`", s.pool)));
+        };
+        if pool.market == Market::Fixed {
+            return Err(e("pool", format!("pool `{}` is fixed; schedules apply to cloud pools", s.pool)));
+        }
+        croner::Cron::from_str(&s.cron).map_err(|err| e("cron", format!("`{}` does not parse: {err}", s.cron)))?;
+        chrono_tz::Tz::from_str(&s.timezone)
+            .map_err(|_| e("timezone", format!("`{}` is not an IANA time zone", s.timezone)))?;
+        if !(s.duration_s > 0.0 && s.duration_s.is_finite()) {
+            return Err(e("duration_s", format!("must be > 0, got {}", s.duration_s)));
+        }
+        if s.min_nodes > pool.max_nodes {
+            return Err(e("min_nodes", format!("min_nodes {} > pool `{}` max_nodes {}", s.min_nodes, s.pool, pool.max_nodes)));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,376 @@
+//! The sans-I/O engine: it holds loop state and speaks events and actions. The shell hands it events with the
+//! time they happened ([`Engine::handle_event`]), reads actions ([`Engine::poll_action`]) and wakes it at
+//! [`Engine::poll_timeout`]. A decision pass (schedule, preempt, scale) runs lazily when actions are polled
+//! after something changed, so events of one instant are decided together.
+
+use crate::cluster::Cluster;
+use crate::config::Config;
+use crate::event::{Action, Decision, DecisionKind, Event, StopReason, job_subject};
+use crate::model::{Job, JobId, JobSpec, JobState, NodeId, NodeState, PendingReason};
+use crate::queue::Queue;
+use crate::time::Time;
+use std::collections::VecDeque;
+
+/// Why a job spec was refused; names the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    /// The tier is not in the config.
+    #[error("tier: unknown tier `{0}` (the config defines {1})")]
+    UnknownTier(String, String),
+    /// GPUs or workers is zero.
+    #[error("{0}: must be at least 1")]
+    Zero(&'static str),
+    /// No node the tier may use has enough GPUs (of the model asked for) for one worker.
+    #[error("gpus: {gpus} GPUs per worker{model} exceed the largest node tier {tier} may use ({largest} GPUs)")]
+    TooLarge { gpus: u32, model: String, tier: String, largest: u32 },
+    /// The whole gang needs more GPUs than the team's quota.
+    #[error("workers: the job needs {need} GPUs, more than team `{team}`'s quota of {quota}")]
+    OverQuota { need: u32, team: String, quota: u32 },
+}
+
+/// Why an event was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EventError {
+    #[error("unknown node {0}")]
+    UnknownNode(u32),
+    #[error("unknown job {0}")]
+    UnknownJob(u32),
+}
+
+/// Checks a job spec against a config (tier exists, sizes non-zero, a worker fits the largest node its tier
+/// may use) and returns its tier index.
+pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
+    let tier = cfg.tier_index(&spec.tier).ok_or_else(|| {
+        let names: Vec<_> = cfg.tiers.iter().map(|t| t.name.as_str()).collect();
+        SubmitError::UnknownTier(spec.tier.clone(), names.join(", "))
+    })?;
+    if spec.gpus_per_worker == 0 {
+        return Err(SubmitError::Zero("gpus"));
+    }
+    if spec.workers == 0 {
+        return Err(SubmitError::Zero("workers"));
+    }
+    let largest = cfg.largest_node_gpus(tier, spec.gpu_model.as_deref());
+    if spec.gpus_per_worker > largest {
+        return Err(SubmitError::TooLarge {
+            gpus: spec.gpus_per_worker,
+            model: spec.gpu_model.as_ref().map_or(String::new(), |m| format!(" of model {m}")),
+            tier: spec.tier.clone(),
+            largest,
+        });
+    }
+    Ok(tier)
+}
+
+/// The engine. Deterministic: the same config, start time and event sequence give the same actions.
+pub struct Engine {
+    pub(crate) cfg: Config,
+    pub(crate) now: Time,
+    pub(crate) queue: Queue,
+    pub(crate) c: Cluster,
+    pub(crate) actions: VecDeque<Action>,
+    /// Whether decisions are recorded as `Action::Record` (a simulator may turn this off for speed).
+    pub(crate) record: bool,
+    /// Per tier: pools the tier may use, fixed first, then cheapest price per GPU-hour first.
+    pub(crate) pool_order: Vec<Vec<usize>>,
+    pub(crate) schedules: Vec<crate::scale::Window>,
+    dirty: bool,
+    pub(crate) next_wake: Option<Time>,
+}
+
+impl Engine {
+    /// Returns an engine for a validated config whose fixed nodes are ready at `now`.
+    pub fn new(cfg: Config, now: Time) -> Engine {
+        let c = Cluster::new(&cfg, now);
+        let pool_order = (0..cfg.tiers.len()).map(|t| crate::scale::pool_order(&cfg, t)).collect();
+        let schedules = crate::scale::Window::compile(&cfg);
+        Engine {
+            queue: Queue::new(cfg.tiers.len()),
+            cfg,
+            now,
+            c,
+            actions: VecDeque::new(),
+            record: true,
+            pool_order,
+            schedules,
+            dirty: true,
+            next_wake: None,
+        }
+    }
+
+    /// Turns the decision records (`Action::Record`) on or off.
+    pub fn set_recording(&mut self, on: bool) {
+        self.record = on;
+    }
+
+    /// Returns the config.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    /// Returns the cluster state (jobs, nodes, teams, ledger, counters).
+    pub fn cluster(&self) -> &Cluster {
+        &self.c
+    }
+    /// Returns the job with `id`.
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.c.jobs.get(id.0 as usize)
+    }
+    /// Returns the number of queued jobs.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Accepts a job at `now` and returns its id, or says which field is wrong.
+    pub fn submit(&mut self, now: Time, spec: JobSpec) -> Result<JobId, SubmitError> {
+        self.advance(now);
+        let tier = check_spec(&self.cfg, &spec)?;
+        let team = self.c.team(&spec.team, None, 1.0);
+        let need = spec.gpus_per_worker * spec.workers;
+        if let Some(quota) = self.c.teams[team].quota_gpus.filter(|&q| need > q) {
+            return Err(SubmitError::OverQuota { need, team: spec.team.clone(), quota });
+        }
+        let t = &self.cfg.tiers[tier];
+        let interruptible = spec.interruptible.unwrap_or(t.interruptible);
+        let checkpoint_interval_ms =
+            spec.checkpoint_interval_ms.or(t.checkpoint_interval_s.map(crate::time::secs));
+        let id = JobId(self.c.jobs.len() as u32);
+        self.c.jobs.push(Job {
+            id,
+            spec,
+            tier,
+            team,
+            interruptible,
+            checkpoint_interval_ms,
+            state: JobState::Queued,
+            attempt: 0,
+            submitted: now,
+            queued_since: now,
+            first_start: None,
+            attempt_start: None,
+            ended: None,
+            placement: Vec::new(),
+            last_checkpoint: None,
+            pending: PendingReason::NotScheduledYet,
+            preemptions: 0,
+        });
+        self.queue.register(id, need);
+        self.queue.push(tier, team, now, id);
+        self.dirty = true;
+        Ok(id)
+    }
+
+    /// Applies an event that happened at `now`. Stale events (an exit of an attempt that was already stopped)
+    /// are ignored; events about unknown nodes or jobs are refused.
+    pub fn handle_event(&mut self, now: Time, event: Event) -> Result<(), EventError> {
+        self.advance(now);
+        match event {
+            Event::NodeReady { node } => {
+                self.node(node)?;
+                self.c.node_ready(node, now);
+            }
+            Event::LaunchFailed { node, error } => self.launch_failed(node, error)?,
+            Event::NodeLost { node } => self.node_lost(node)?,
+            Event::JobExited { job, attempt, success } => {
+                let j = self.c.jobs.get(job.0 as usize).ok_or(EventError::UnknownJob(job.0))?;
+                if j.state != JobState::Running || j.attempt != attempt {
+                    return Ok(());
+                }
+                self.c.release(job, now);
+                let j = &mut self.c.jobs[job.0 as usize];
+                j.state = if success { JobState::Succeeded } else { JobState::Failed };
+                j.ended = Some(now);
+            }
+            Event::CheckpointDone { job, attempt } => {
+                let j = self.c.jobs.get_mut(job.0 as usize).ok_or(EventError::UnknownJob(job.0))?;
+                if j.state == JobState::Running && j.attempt == attempt {
+                    j.last_checkpoint = Some(now);
+                }
+            }
+            Event::SetNodeProtection { node, protected } => {
+                self.node(node)?;
+                self.c.nodes[node.0 as usize].protected = protected;
+            }
+            Event::CancelJob { job } => self.cancel(job)?,
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Wakes the engine at `now` (at or after [`Engine::poll_timeout`]).
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.advance(now);
+        self.dirty = true;
+    }
+
+    /// Returns the next action, deciding first if anything changed since the last decision.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        if self.dirty {
+            self.dirty = false;
+            self.decide();
+        }
+        self.actions.pop_front()
+    }
+
+    /// Returns when the engine next needs to wake (idle timeout, cooldown end, burst delay, cron window, backoff).
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.next_wake
+    }
+
+    /// Closes the books at `now`: bills every live node and running attempt up to `now`. Call once, at the end.
+    pub fn finish(&mut self, now: Time) {
+        self.advance(now);
+        let running: Vec<JobId> =
+            self.c.jobs.iter().filter(|j| j.state == JobState::Running).map(|j| j.id).collect();
+        for id in running {
+            let j = &mut self.c.jobs[id.0 as usize];
+            // Keep the job's placement visible after the books close: book it, then restore.
+            let keep = j.placement.clone();
+            self.c.release(id, now);
+            self.c.jobs[id.0 as usize].placement = keep;
+        }
+        for i in 0..self.c.nodes.len() {
+            let n = &self.c.nodes[i];
+            if n.alive() {
+                let (id, billed) = (n.id, now - n.requested_at);
+                let (pool, market, price, gpus) = (n.pool, n.market, n.price_usd_per_hour, n.gpus);
+                self.c.ledger.book_node(pool, market, price, gpus, billed);
+                self.c.nodes[id.0 as usize].ended_at = Some(now);
+            }
+        }
+    }
+
+    fn advance(&mut self, now: Time) {
+        // Time never runs backwards inside the engine, whatever the shell hands in.
+        self.now = self.now.max(now);
+    }
+
+    fn node(&self, id: NodeId) -> Result<&crate::model::Node, EventError> {
+        self.c.nodes.get(id.0 as usize).ok_or(EventError::UnknownNode(id.0))
+    }
+
+    fn decide(&mut self) {
+        let mut wake = WakeAt::default();
+        let blocked = self.schedule(&mut wake);
+        self.scale_out(&blocked, &mut wake);
+        self.scale_in(&mut wake);
+        self.next_wake = wake.0;
+    }
+
+    /// Queues a decision record when recording is on; `detail` is only built then.
+    pub(crate) fn record(&mut self, kind: DecisionKind, subject: impl FnOnce() -> String, reason: &'static str, detail: impl FnOnce() -> String) {
+        if self.record {
+            let d = Decision { at: self.now, kind, subject: subject(), reason, detail: detail() };
+            self.actions.push_back(Action::Record(d));
+        }
+    }
+
+    /// Marks a job whose GPUs the pass already bound as running, takes it off the queue and asks the shell to
+    /// start it.
+    pub(crate) fn start_job(&mut self, id: JobId, placement: Vec<(NodeId, u32)>) {
+        let now = self.now;
+        let j = &mut self.c.jobs[id.0 as usize];
+        j.state = JobState::Running;
+        j.attempt += 1;
+        j.attempt_start = Some(now);
+        j.first_start.get_or_insert(now);
+        j.last_checkpoint = None;
+        j.placement = placement.clone();
+        let (attempt, waited, tier, key, team) = (j.attempt, now - j.queued_since, j.tier, j.submitted, j.team);
+        self.queue.remove(tier, team, key, id);
+        let pool = placement.first().map_or(0, |(n, _)| self.c.nodes[n.0 as usize].pool);
+        let pool_name = self.cfg.pools[pool].name.clone();
+        self.record(DecisionKind::JobStarted, || job_subject(id), "placed", || {
+            format!("attempt {attempt} on {} node(s) of pool {pool_name} after {} s queued", placement.len(), waited / 1000)
+        });
+        self.actions.push_back(Action::StartJob { job: id, attempt, placement });
+    }
+
+    /// Stops a running job's attempt, counts the work it loses, and puts it back in the queue.
+    pub(crate) fn requeue(&mut self, id: JobId, reason: StopReason) {
+        let now = self.now;
+        let j = &self.c.jobs[id.0 as usize];
+        if j.state != JobState::Running {
+            return;
+        }
+        let lost_ms = j.unsaved_work_ms(now);
+        self.c.counters.lost_gpu_ms += lost_ms as i128 * j.total_gpus() as i128;
+        self.c.counters.requeues += 1;
+        let attempt = j.attempt;
+        self.c.release(id, now);
+        let j = &mut self.c.jobs[id.0 as usize];
+        j.state = JobState::Queued;
+        j.queued_since = now;
+        j.attempt_start = None;
+        j.pending = PendingReason::NotScheduledYet;
+        let (tier, team, key) = (j.tier, j.team, j.submitted);
+        if let StopReason::Preempted { .. } = reason {
+            j.preemptions += 1;
+        }
+        self.queue.push(tier, team, key, id);
+        self.actions.push_back(Action::StopJob { job: id, attempt, reason });
+        self.record(DecisionKind::JobRequeued, || job_subject(id), "requeued", || {
+            format!("attempt {attempt} stopped ({reason:?}); {} s of work since its last checkpoint lost", lost_ms / 1000)
+        });
+    }
+
+    fn cancel(&mut self, id: JobId) -> Result<(), EventError> {
+        let j = self.c.jobs.get(id.0 as usize).ok_or(EventError::UnknownJob(id.0))?;
+        let (state, attempt, tier, team, key) = (j.state, j.attempt, j.tier, j.team, j.submitted);
+        match state {
+            JobState::Queued => {
+                self.queue.remove(tier, team, key, id);
+            }
+            JobState::Running => {
+                self.c.release(id, self.now);
+                self.actions.push_back(Action::StopJob { job: id, attempt, reason: StopReason::Cancelled });
+            }
+            _ => return Ok(()),
+        }
+        let j = &mut self.c.jobs[id.0 as usize];
+        j.state = JobState::Cancelled;
+        j.ended = Some(self.now);
+        Ok(())
+    }
+
+    fn launch_failed(&mut self, node: NodeId, error: crate::event::LaunchError) -> Result<(), EventError> {
+        let n = self.node(node)?;
+        if n.state != NodeState::Requested {
+            return Ok(());
+        }
+        let (pool, it) = (n.pool, n.instance_type.unwrap_or(0));
+        self.c.node_end(node, NodeState::Failed, self.now);
+        self.c.counters.launch_failures += 1;
+        // Back off this offering only: 30 s doubling per consecutive failure, at most 10 minutes.
+        let streak = self.c.backoff.get(&(pool, it)).map_or(0, |&(_, s)| s) + 1;
+        let delay = (30_000i64 << (streak - 1).min(5)).min(600_000);
+        self.c.backoff.insert((pool, it), (self.now + delay, streak));
+        let (pool_name, it_name) = (self.cfg.pools[pool].name.clone(), self.cfg.instance_types[it].name.clone());
+        self.record(DecisionKind::LaunchFailed, || format!("node:{}", node.0), "launch_failed", || {
+            format!("launch of {it_name} in pool {pool_name} failed ({error:?}); offering backed off {} s", delay / 1000)
+        });
+        Ok(())
+    }
+
+    fn node_lost(&mut self, node: NodeId) -> Result<(), EventError> {
+        let n = self.node(node)?;
+        if !n.alive() {
+            return Ok(());
+        }
+        for job in n.jobs.clone() {
+            self.requeue(job, StopReason::NodeLost);
+        }
+        self.c.node_end(node, NodeState::Lost, self.now);
+        Ok(())
+    }
+}
+
+/// The earliest time the engine must wake, accumulated during a decision pass.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct WakeAt(pub Option<Time>);
+
+impl WakeAt {
+    /// Asks to wake at `t` (keeps the earliest).
+    pub fn at(&mut self, t: Time) {
+        self.0 = Some(self.0.map_or(t, |w| w.min(t)));
+    }
+}

@@ -1,0 +1,111 @@
+//! What goes into the engine (events), what comes out (actions), and the record of every decision.
+
+use crate::model::{JobId, NodeId, PendingReason};
+use crate::time::{Millis, Time};
+use serde::Serialize;
+
+/// Why a provider could not launch a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchError {
+    /// The cloud has no capacity for this offering now.
+    InsufficientCapacity,
+    /// An account limit was reached.
+    Quota,
+    /// Anything that may work on a retry.
+    Transient(String),
+}
+
+/// Something that happened, handed to [`crate::Engine::handle_event`] with the time it happened.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A requested node booted and is usable.
+    NodeReady { node: NodeId },
+    /// A requested node could not be launched.
+    LaunchFailed { node: NodeId, error: LaunchError },
+    /// A node vanished without notice (heartbeat gone); its jobs must be requeued.
+    NodeLost { node: NodeId },
+    /// A job's attempt exited on its own; `success` is its exit status.
+    JobExited { job: JobId, attempt: u32, success: bool },
+    /// A job reported a finished checkpoint in its current attempt.
+    CheckpointDone { job: JobId, attempt: u32 },
+    /// A user protected (or unprotected) a node from scale-in.
+    SetNodeProtection { node: NodeId, protected: bool },
+    /// A user cancelled a job.
+    CancelJob { job: JobId },
+}
+
+/// Why a job is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// A job of a strictly higher tier needs its GPUs; it is requeued.
+    Preempted { by: JobId },
+    /// A user cancelled it.
+    Cancelled,
+    /// Its node was lost; it is requeued.
+    NodeLost,
+}
+
+/// An effect the shell must carry out, read with [`crate::Engine::poll_action`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Launch one node of `instance_type` in `pool`; answer with `NodeReady` or `LaunchFailed`.
+    Launch { node: NodeId, pool: usize, instance_type: usize },
+    /// Give a node back.
+    Terminate { node: NodeId },
+    /// Start attempt `attempt` of a job, one worker per placement entry (node, GPUs).
+    StartJob { job: JobId, attempt: u32, placement: Vec<(NodeId, u32)> },
+    /// Stop a running attempt (signal, grace, kill); the engine has already requeued or ended the job.
+    StopJob { job: JobId, attempt: u32, reason: StopReason },
+    /// A decision to record (event log, API, metrics).
+    Record(Decision),
+}
+
+/// What kind of decision a [`Decision`] records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    JobStarted,
+    JobPending,
+    JobPreempted,
+    JobRequeued,
+    JobFinished,
+    ScaleOut,
+    ScaleOutBlocked,
+    ScaleIn,
+    LaunchFailed,
+    NodeKept,
+}
+
+/// One decision with its time and machine-readable reason, e.g. `scale_out` of pool `spot` because
+/// `queued_demand`, detail `24 GPUs of p1 demand waiting 240 s (SLO 600 s)`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// Milliseconds since the Unix epoch.
+    pub at: Time,
+    pub kind: DecisionKind,
+    /// The job, node or pool the decision is about (`job:17`, `node:9`, `pool:spot`).
+    pub subject: String,
+    /// Stable snake_case code of the reason.
+    pub reason: &'static str,
+    /// A sentence for people.
+    pub detail: String,
+}
+
+impl Decision {
+    /// Returns a pending-job record.
+    pub fn pending(at: Time, job: JobId, reason: PendingReason, detail: String) -> Decision {
+        Decision { at, kind: DecisionKind::JobPending, subject: job_subject(job), reason: reason.code(), detail }
+    }
+}
+
+/// Returns the subject string of a job.
+pub fn job_subject(job: JobId) -> String {
+    format!("job:{}", job.0)
+}
+
+/// Returns `ms` as whole seconds for messages.
+pub fn secs_text(ms: Millis) -> String {
+    format!("{} s", ms / 1000)
+}

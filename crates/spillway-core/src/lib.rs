@@ -1,0 +1,21 @@
+//! Spillway's functional core: the domain and config types, the scheduler, the autoscaler, the cost ledger and
+//! the sans-I/O [`Engine`]. It reads no clock and no global RNG and does no I/O: time comes in as a value, and
+//! decisions come out as [`Action`]s for a shell (the simulator or the daemon) to carry out.
+
+pub mod cluster;
+pub mod config;
+pub mod engine;
+pub mod event;
+mod invariants;
+pub mod ledger;
+pub mod model;
+pub mod queue;
+mod scale;
+mod schedule;
+pub mod time;
+
+pub use config::{Config, ConfigError, Market};
+pub use engine::{Engine, EventError, SubmitError, check_spec};
+pub use event::{Action, Decision, DecisionKind, Event, LaunchError, StopReason};
+pub use model::{Job, JobId, JobSpec, JobState, Node, NodeId, NodeState, PendingReason};
+pub use time::Time;

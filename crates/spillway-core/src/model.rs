@@ -1,0 +1,177 @@
+//! Domain types the engine keeps: jobs and nodes with their states, and the reasons a job waits.
+
+use crate::config::Market;
+use crate::time::{Millis, Time};
+use serde::Serialize;
+
+/// A job's id: assigned by the engine from a counter, in submission order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct JobId(pub u32);
+
+/// A node's id: assigned by the engine from a counter, fixed nodes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct NodeId(pub u32);
+
+/// What a user asks to run. Tier and team are names; the engine resolves and checks them on submit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub name: String,
+    pub tier: String,
+    pub team: String,
+    pub gpus_per_worker: u32,
+    pub workers: u32,
+    /// A GPU model the job needs; `None`: any.
+    pub gpu_model: Option<String>,
+    /// `None`: the tier's default.
+    pub interruptible: Option<bool>,
+    /// `None`: the tier's default.
+    pub checkpoint_interval_ms: Option<Millis>,
+    pub deadline: Option<Time>,
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+/// A job as the engine tracks it.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub id: JobId,
+    pub spec: JobSpec,
+    /// Index into `Config::tiers`.
+    pub tier: usize,
+    /// Index into the engine's team table.
+    pub team: usize,
+    pub interruptible: bool,
+    pub checkpoint_interval_ms: Option<Millis>,
+    pub state: JobState,
+    /// Starts so far; a requeue after preemption or a lost node makes the next start attempt `attempt + 1`.
+    pub attempt: u32,
+    pub submitted: Time,
+    /// When the job last entered the queue (submission, or its last requeue).
+    pub queued_since: Time,
+    pub first_start: Option<Time>,
+    pub attempt_start: Option<Time>,
+    pub ended: Option<Time>,
+    /// Nodes and GPUs the current attempt holds, one entry per worker.
+    pub placement: Vec<(NodeId, u32)>,
+    /// Last checkpoint reported by the job in this attempt; otherwise estimated from the interval.
+    pub last_checkpoint: Option<Time>,
+    pub pending: PendingReason,
+    pub preemptions: u32,
+}
+
+impl Job {
+    /// Returns the GPUs the whole gang needs.
+    pub fn total_gpus(&self) -> u32 {
+        self.spec.gpus_per_worker * self.spec.workers
+    }
+
+    /// Returns the work the current attempt would lose if stopped at `now`: time since its last checkpoint
+    /// (reported, or estimated from the checkpoint interval), or the whole attempt when it never checkpoints.
+    pub fn unsaved_work_ms(&self, now: Time) -> Millis {
+        let Some(start) = self.attempt_start else { return 0 };
+        let elapsed = (now - start).max(0);
+        let since_interval = match self.checkpoint_interval_ms {
+            Some(iv) if iv > 0 => elapsed % iv,
+            _ => elapsed,
+        };
+        match self.last_checkpoint {
+            Some(c) => (now - c).clamp(0, elapsed),
+            None => since_interval,
+        }
+    }
+}
+
+/// Why a queued job is not running. Stable snake_case codes go to the event log, the API and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PendingReason {
+    /// Not yet looked at by a scheduling pass.
+    NotScheduledYet,
+    /// Examining it would pass the per-pass queue scan limit.
+    QueueScanLimit,
+    /// Starting it would put its team over its GPU quota.
+    TeamQuota,
+    /// Waiting for fixed capacity before cloud capacity is bought (the tier's `burst_after_s`).
+    WaitingForFixedCapacity,
+    /// Nodes that will hold it are booting.
+    WaitingForNodes,
+    /// No pool it may use has room, and no pool may grow now (max, cooldown, step limit, backoff).
+    NoCapacity,
+    /// The nodes it could use are held back for a waiting job of the same or higher tier.
+    HeldForLargerJob,
+}
+
+impl PendingReason {
+    /// Returns the stable code of the reason.
+    pub fn code(self) -> &'static str {
+        match self {
+            PendingReason::NotScheduledYet => "not_scheduled_yet",
+            PendingReason::QueueScanLimit => "queue_scan_limit",
+            PendingReason::TeamQuota => "team_quota",
+            PendingReason::WaitingForFixedCapacity => "waiting_for_fixed_capacity",
+            PendingReason::WaitingForNodes => "waiting_for_nodes",
+            PendingReason::NoCapacity => "no_capacity",
+            PendingReason::HeldForLargerJob => "held_for_larger_job",
+        }
+    }
+}
+
+/// Where a node is in its life. Only `Ready` nodes count as capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    /// A launch was asked for; not usable yet.
+    Requested,
+    Ready,
+    /// Being given back; runs nothing new.
+    Draining,
+    Terminated,
+    /// The launch failed.
+    Failed,
+    /// Stopped heartbeating or vanished; its jobs were requeued.
+    Lost,
+}
+
+/// A node as the engine tracks it.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub id: NodeId,
+    /// Index into `Config::pools`.
+    pub pool: usize,
+    pub market: Market,
+    /// Index into `Config::instance_types`; `None` for fixed nodes.
+    pub instance_type: Option<usize>,
+    pub gpu_model: String,
+    pub gpus: u32,
+    /// GPUs bound to running jobs.
+    pub used: u32,
+    pub jobs: Vec<JobId>,
+    pub state: NodeState,
+    pub price_usd_per_hour: f64,
+    pub requested_at: Time,
+    pub ready_at: Option<Time>,
+    pub ended_at: Option<Time>,
+    /// When the node last became empty (while ready).
+    pub idle_since: Option<Time>,
+    pub protected: bool,
+}
+
+impl Node {
+    /// Returns the GPUs not bound to any job.
+    pub fn free(&self) -> u32 {
+        self.gpus - self.used
+    }
+    /// Returns whether the node is billed and counted against its pool (requested, ready or draining).
+    pub fn alive(&self) -> bool {
+        matches!(self.state, NodeState::Requested | NodeState::Ready | NodeState::Draining)
+    }
+}

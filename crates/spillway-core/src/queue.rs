@@ -1,0 +1,191 @@
+//! The job queue: per tier, per team, ordered by submission. [`Queue::cursor`] walks it in scheduling order:
+//! tiers by priority; within a tier, the team with the lowest weighted share of GPUs goes next (fair share),
+//! then the oldest job of that team.
+
+use crate::model::JobId;
+use crate::time::Time;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+/// Queued jobs, per tier (by priority index) and team.
+#[derive(Debug, Default, Clone)]
+pub struct Queue {
+    tiers: Vec<BTreeMap<usize, BTreeSet<(Time, JobId)>>>,
+    len: usize,
+    /// GPUs each job needs in all, indexed by job id; the cursor adds them to a team's share as it passes.
+    gpus: Vec<u32>,
+}
+
+impl Queue {
+    /// Returns an empty queue for `tiers` tiers.
+    pub fn new(tiers: usize) -> Queue {
+        Queue { tiers: vec![BTreeMap::new(); tiers], len: 0, gpus: Vec::new() }
+    }
+
+    /// Records how many GPUs job `job` needs in all (once, when it is submitted).
+    pub fn register(&mut self, job: JobId, gpus: u32) {
+        let i = job.0 as usize;
+        if self.gpus.len() <= i {
+            self.gpus.resize(i + 1, 0);
+        }
+        self.gpus[i] = gpus;
+    }
+
+    /// Adds a job; `key` is its original submission time, so a requeued job keeps its place.
+    pub fn push(&mut self, tier: usize, team: usize, key: Time, job: JobId) {
+        if self.tiers[tier].entry(team).or_default().insert((key, job)) {
+            self.len += 1;
+        }
+    }
+
+    /// Removes a job; returns whether it was queued.
+    pub fn remove(&mut self, tier: usize, team: usize, key: Time, job: JobId) -> bool {
+        let Some(set) = self.tiers[tier].get_mut(&team) else { return false };
+        let removed = set.remove(&(key, job));
+        if set.is_empty() {
+            self.tiers[tier].remove(&team);
+        }
+        if removed {
+            self.len -= 1;
+        }
+        removed
+    }
+
+    /// Returns the number of queued jobs.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Returns whether no job is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Returns the number of queued jobs of `tier`.
+    pub fn tier_len(&self, tier: usize) -> usize {
+        self.tiers[tier].values().map(BTreeSet::len).sum()
+    }
+
+    /// Returns a cursor in scheduling order. `shares[team]` is the team's current share (GPUs in use divided by
+    /// weight); each job the cursor passes adds its GPUs / weight to its team's share, so teams interleave.
+    pub fn cursor(&self, shares: Vec<f64>, weights: Vec<f64>) -> Cursor<'_> {
+        Cursor { queue: self, tier: 0, heap: BinaryHeap::new(), iters: BTreeMap::new(), shares, weights, gpus: &self.gpus, started: false }
+    }
+}
+
+/// Fair-share order key: lower share first, then older head job, then team index.
+type HeapKey = Reverse<(u64, Time, usize)>;
+
+/// Walks the queue in scheduling order without copying it.
+pub struct Cursor<'a> {
+    queue: &'a Queue,
+    tier: usize,
+    heap: BinaryHeap<HeapKey>,
+    iters: BTreeMap<usize, std::iter::Peekable<std::collections::btree_set::Iter<'a, (Time, JobId)>>>,
+    shares: Vec<f64>,
+    weights: Vec<f64>,
+    gpus: &'a [u32],
+    started: bool,
+}
+
+impl Cursor<'_> {
+    fn load_tier(&mut self) {
+        self.heap.clear();
+        self.iters.clear();
+        for (&team, set) in &self.queue.tiers[self.tier] {
+            let mut it = set.iter().peekable();
+            if let Some(&&(t, _)) = it.peek() {
+                self.heap.push(Reverse((share_key(self.shares.get(team).copied().unwrap_or(0.0)), t, team)));
+                self.iters.insert(team, it);
+            }
+        }
+    }
+
+    /// Returns the tier index of the job the cursor returned last.
+    pub fn tier(&self) -> usize {
+        self.tier
+    }
+}
+
+fn share_key(share: f64) -> u64 {
+    (share.max(0.0) * 1_000_000.0) as u64
+}
+
+impl Iterator for Cursor<'_> {
+    type Item = JobId;
+
+    fn next(&mut self) -> Option<JobId> {
+        if !self.started {
+            self.started = true;
+            if self.queue.tiers.is_empty() {
+                return None;
+            }
+            self.load_tier();
+        }
+        loop {
+            if let Some(Reverse((_, _, team))) = self.heap.pop() {
+                let it = self.iters.get_mut(&team)?;
+                let &(_, job) = it.next()?;
+                let w = self.weights.get(team).copied().unwrap_or(1.0).max(1e-9);
+                let g = self.gpus.get(job.0 as usize).copied().unwrap_or(1) as f64;
+                if let Some(s) = self.shares.get_mut(team) {
+                    *s += g / w;
+                }
+                if let Some(&&(t, _)) = it.peek() {
+                    let s = self.shares.get(team).copied().unwrap_or(0.0);
+                    self.heap.push(Reverse((share_key(s), t, team)));
+                }
+                return Some(job);
+            }
+            self.tier += 1;
+            if self.tier >= self.queue.tiers.len() {
+                return None;
+            }
+            self.load_tier();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn higher_tiers_come_first_then_age() {
+        let mut q = Queue::new(2);
+        (0..3).for_each(|i| q.register(JobId(i), 1));
+        q.push(1, 0, 0, JobId(0));
+        q.push(0, 0, 50, JobId(1));
+        q.push(0, 0, 10, JobId(2));
+        let order: Vec<_> = q.cursor(vec![0.0], vec![1.0]).collect();
+        assert_eq!(order, vec![JobId(2), JobId(1), JobId(0)]);
+    }
+
+    #[test]
+    fn a_team_over_its_share_waits_behind_a_team_under_it() {
+        let mut q = Queue::new(1);
+        (0..3).for_each(|i| q.register(JobId(i), 1));
+        q.push(0, 0, 0, JobId(0));
+        q.push(0, 0, 1, JobId(1));
+        q.push(0, 1, 5, JobId(2));
+        // team 0 already holds 8 GPUs, team 1 none: team 1's job goes first despite being younger.
+        let order: Vec<_> = q.cursor(vec![8.0, 0.0], vec![1.0, 1.0]).collect();
+        assert_eq!(order, vec![JobId(2), JobId(0), JobId(1)]);
+    }
+
+    #[test]
+    fn equal_teams_interleave() {
+        let mut q = Queue::new(1);
+        for i in 0..20 {
+            q.register(JobId(i), 1);
+        }
+        for i in 0..3 {
+            q.push(0, 0, i, JobId(i as u32));
+            q.push(0, 1, i, JobId(10 + i as u32));
+        }
+        let order: Vec<_> = q.cursor(vec![0.0, 0.0], vec![1.0, 1.0]).collect();
+        assert_eq!(order, vec![JobId(0), JobId(10), JobId(1), JobId(11), JobId(2), JobId(12)]);
+        assert!(q.remove(0, 1, 1, JobId(11)));
+        assert_eq!(q.len(), 5);
+    }
+}

@@ -1,0 +1,318 @@
+//! The autoscaler: queue-driven scale-out (bin-pack the demand that ready and booting nodes cannot hold onto the
+//! cheapest new nodes, within max, step limit, cooldown and offering backoff), scale-in of nodes idle past the
+//! pool's timeout (never below the effective min, never a protected node), and scheduled minimums.
+
+use crate::config::{Config, Market};
+use crate::engine::{Engine, WakeAt};
+use crate::event::{Action, DecisionKind};
+use crate::model::{JobId, NodeState, PendingReason};
+use crate::schedule::{job_pools, model_fits};
+use crate::time::{Time, secs};
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+/// Returns the pools `tier` may use in placement order: fixed first, then cheapest price per GPU-hour.
+pub(crate) fn pool_order(cfg: &Config, tier: usize) -> Vec<usize> {
+    let markets = &cfg.tiers[tier].markets;
+    let mut pools: Vec<(bool, f64, usize)> = cfg
+        .pools
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| markets.contains(&p.market))
+        .map(|(i, p)| (p.market != Market::Fixed, gpu_price(cfg, i), i))
+        .collect();
+    pools.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+    pools.into_iter().map(|(_, _, i)| i).collect()
+}
+
+/// Returns a pool's lowest price per GPU-hour.
+pub(crate) fn gpu_price(cfg: &Config, pool: usize) -> f64 {
+    let p = &cfg.pools[pool];
+    if p.market == Market::Fixed {
+        return p.gpu_usd_per_hour;
+    }
+    p.instance_types
+        .iter()
+        .filter_map(|n| cfg.instance_type_index(n))
+        .filter_map(|i| {
+            let it = &cfg.instance_types[i];
+            it.price_usd_per_hour(p.market).map(|price| price / it.gpus as f64)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// A compiled scheduled policy: a cron window that raises a pool's min.
+#[derive(Debug, Clone)]
+pub(crate) struct Window {
+    pool: usize,
+    cron: croner::Cron,
+    tz: chrono_tz::Tz,
+    duration_ms: i64,
+    min_nodes: u32,
+}
+
+impl Window {
+    /// Compiles the config's schedules (validated already, so parsing cannot fail here; a failure skips it).
+    pub fn compile(cfg: &Config) -> Vec<Window> {
+        cfg.schedules
+            .iter()
+            .filter_map(|s| {
+                Some(Window {
+                    pool: cfg.pools.iter().position(|p| p.name == s.pool)?,
+                    cron: croner::Cron::from_str(&s.cron).ok()?,
+                    tz: chrono_tz::Tz::from_str(&s.timezone).ok()?,
+                    duration_ms: secs(s.duration_s),
+                    min_nodes: s.min_nodes,
+                })
+            })
+            .collect()
+    }
+
+    /// Returns whether the window is open at `now`, and the next time its state may change.
+    fn state(&self, now: Time) -> (bool, Option<Time>) {
+        use chrono::TimeZone;
+        let at = |t: Time| self.tz.timestamp_millis_opt(t).single();
+        let Some(from) = at(now - self.duration_ms) else { return (false, None) };
+        match self.cron.find_next_occurrence(&from, false) {
+            Ok(fire) if fire.timestamp_millis() <= now => (true, Some(fire.timestamp_millis() + self.duration_ms)),
+            Ok(fire) => (false, Some(fire.timestamp_millis())),
+            Err(_) => (false, None),
+        }
+    }
+}
+
+impl Engine {
+    /// Returns the pool's min now: its configured min raised by any open schedule window.
+    pub(crate) fn effective_min(&self, pool: usize, wake: &mut WakeAt) -> u32 {
+        let mut min = self.cfg.pools[pool].min_nodes;
+        for w in self.schedules.iter().filter(|w| w.pool == pool) {
+            let (open, next) = w.state(self.now);
+            if let Some(t) = next {
+                wake.at(t.max(self.now + 1));
+            }
+            if open {
+                min = min.max(w.min_nodes);
+            }
+        }
+        min
+    }
+
+    /// Returns how many nodes a cloud pool may add now: 0 in cooldown or at max, else the step limit.
+    pub(crate) fn pool_headroom(&self, pool: usize) -> u32 {
+        let p = &self.cfg.pools[pool];
+        let st = &self.c.pools[pool];
+        if p.market == Market::Fixed || st.alive >= p.max_nodes {
+            return 0;
+        }
+        if st.last_scale_out.is_some_and(|t| self.now < t + secs(p.scale_out_cooldown_s)) {
+            return 0;
+        }
+        let step = ((st.alive as f64 * p.max_step_fraction).floor() as u32).max(p.min_step_nodes).max(1);
+        step.min(p.max_nodes - st.alive)
+    }
+
+    /// Returns the cheapest instance type of `pool` that holds workers of `gpus` GPUs of `model` and is not backed
+    /// off, with the nodes `workers` workers need: minimum (nodes x price), ties to the earlier type.
+    fn pick_instance_type(&self, pool: usize, gpus: u32, workers: u32, model: Option<&str>, wake: &mut WakeAt) -> Option<(usize, u32)> {
+        let p = &self.cfg.pools[pool];
+        let mut best: Option<(f64, usize, u32)> = None;
+        for name in &p.instance_types {
+            let Some(i) = self.cfg.instance_type_index(name) else { continue };
+            let it = &self.cfg.instance_types[i];
+            if it.gpus < gpus || !model_fits(model, &it.gpu_model) {
+                continue;
+            }
+            if let Some(&(until, _)) = self.c.backoff.get(&(pool, i)) {
+                if until > self.now {
+                    wake.at(until);
+                    continue;
+                }
+            }
+            let Some(price) = it.price_usd_per_hour(p.market) else { continue };
+            let nodes = workers.div_ceil(it.gpus / gpus);
+            let cost = price * nodes as f64;
+            if best.is_none_or(|(c, _, _)| cost < c) {
+                best = Some((cost, i, nodes));
+            }
+        }
+        best.map(|(_, i, n)| (i, n))
+    }
+
+    /// Buys cloud nodes for blocked jobs that booting nodes will not hold, and for pools below their min.
+    pub(crate) fn scale_out(&mut self, blocked: &[JobId], wake: &mut WakeAt) {
+        let now = self.now;
+        let pools = self.cfg.pools.len();
+        // Free GPUs of nodes still booting (and of nodes planned in this pass): (pool, free, model).
+        let mut virt: Vec<Vec<(u32, String)>> = (0..pools)
+            .map(|p| self.c.pools[p].requested.iter().map(|n| &self.c.nodes[n.0 as usize]).map(|n| (n.gpus, n.gpu_model.clone())).collect())
+            .collect();
+        let mut headroom: Vec<u32> = (0..pools).map(|p| self.pool_headroom(p)).collect();
+        // Planned launches per pool: instance type -> nodes; and the demand behind them.
+        let mut plan: BTreeMap<usize, BTreeMap<usize, u32>> = BTreeMap::new();
+        let mut demand: BTreeMap<usize, (u32, i64, u32)> = BTreeMap::new();
+        let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
+        for &id in blocked {
+            let job = &self.c.jobs[id.0 as usize];
+            let (g, w, model) = (job.spec.gpus_per_worker, job.spec.workers, job.spec.gpu_model.as_deref());
+            let waited = now - job.queued_since;
+            let tier = &self.cfg.tiers[job.tier];
+            let has_spot = job.interruptible && tier.markets.contains(&Market::Spot);
+            let fallback_at = job.queued_since + secs(tier.spot_fallback_after_s.min(1e12));
+            let cands: Vec<usize> = job_pools(&self.cfg, &self.pool_order[job.tier], job.interruptible)
+                .filter(|&p| self.cfg.pools[p].market != Market::Fixed)
+                .filter(|&p| !(has_spot && self.cfg.pools[p].market == Market::OnDemand && now < fallback_at))
+                .collect();
+            if has_spot && now < fallback_at && tier.markets.contains(&Market::OnDemand) {
+                wake.at(fallback_at);
+            }
+            let fits_virtual = |v: &mut Vec<(u32, String)>| -> bool {
+                let mut left = w;
+                let mut used: Vec<(usize, u32)> = Vec::new();
+                for (i, (free, m)) in v.iter().enumerate() {
+                    if left == 0 {
+                        break;
+                    }
+                    if model_fits(model, m) && *free >= g {
+                        let k = (free / g).min(left);
+                        used.push((i, k * g));
+                        left -= k;
+                    }
+                }
+                if left > 0 {
+                    return false;
+                }
+                for (i, take) in used {
+                    v[i].0 -= take;
+                }
+                true
+            };
+            let mut reason = PendingReason::NoCapacity;
+            for &p in &cands {
+                if fits_virtual(&mut virt[p]) {
+                    reason = PendingReason::WaitingForNodes;
+                    break;
+                }
+                if headroom[p] == 0 {
+                    continue;
+                }
+                let Some((it, nodes)) = self.pick_instance_type(p, g, w, model, wake) else { continue };
+                let n = nodes.min(headroom[p]);
+                headroom[p] -= n;
+                *plan.entry(p).or_default().entry(it).or_default() += n;
+                let d = demand.entry(p).or_default();
+                *d = (d.0 + g * w, d.1.max(waited), d.2.max(1 << job.tier));
+                let itx = &self.cfg.instance_types[it];
+                virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.clone())));
+                let _ = fits_virtual(&mut virt[p]);
+                reason = PendingReason::WaitingForNodes;
+                break;
+            }
+            if reason == PendingReason::NoCapacity {
+                for &p in &cands {
+                    if let Some(t) = self.c.pools[p].last_scale_out {
+                        let end = t + secs(self.cfg.pools[p].scale_out_cooldown_s);
+                        if end > now {
+                            wake.at(end);
+                        }
+                    }
+                }
+            }
+            reasons.push((id, reason));
+        }
+        for (id, reason) in reasons {
+            self.set_pending(id, reason);
+        }
+        for p in 0..pools {
+            if self.cfg.pools[p].market == Market::Fixed {
+                continue;
+            }
+            let min = self.effective_min(p, wake);
+            let have = self.c.pools[p].alive + plan.get(&p).map_or(0, |m| m.values().sum());
+            if have < min {
+                if let Some((it, _)) = self.pick_instance_type(p, 1, 1, None, wake) {
+                    *plan.entry(p).or_default().entry(it).or_default() += min - have;
+                }
+            }
+        }
+        for (p, types) in plan {
+            self.launch(p, types, demand.get(&p).copied());
+        }
+    }
+
+    fn launch(&mut self, pool: usize, types: BTreeMap<usize, u32>, demand: Option<(u32, i64, u32)>) {
+        let now = self.now;
+        let market = self.cfg.pools[pool].market;
+        let mut what = Vec::new();
+        for (it, count) in types {
+            let itx = &self.cfg.instance_types[it];
+            let price = itx.price_usd_per_hour(market).unwrap_or(0.0);
+            let (gpus, model) = (itx.gpus, itx.gpu_model.clone());
+            what.push(format!("{count} x {}", itx.name));
+            for _ in 0..count {
+                let node = self.c.add_node(pool, market, Some(it), model.clone(), gpus, price, now);
+                self.c.counters.nodes_launched += 1;
+                self.actions.push_back(Action::Launch { node, pool, instance_type: it });
+            }
+        }
+        self.c.counters.scale_actions += 1;
+        self.c.pools[pool].last_scale_out = Some(now);
+        let name = self.cfg.pools[pool].name.clone();
+        let tiers: Vec<&str> = self.cfg.tiers.iter().enumerate().filter(|(i, _)| demand.is_some_and(|d| d.2 & (1 << i) != 0)).map(|(_, t)| t.name.as_str()).collect();
+        let (reason, detail) = match demand {
+            Some((gpus, waited, _)) => ("queued_demand", format!("launch {}: {gpus} GPUs of {} demand waiting up to {} s", what.join(", "), tiers.join("/"), waited / 1000)),
+            None => ("below_min", format!("launch {}: pool below its (scheduled) min", what.join(", "))),
+        };
+        self.record(DecisionKind::ScaleOut, || format!("pool:{name}"), reason, || detail);
+    }
+
+    /// Removes nodes idle past their pool's timeout, down to the effective min, outside the scale-in cooldown.
+    pub(crate) fn scale_in(&mut self, wake: &mut WakeAt) {
+        let now = self.now;
+        for p in 0..self.cfg.pools.len() {
+            let cfg = &self.cfg.pools[p];
+            if cfg.market == Market::Fixed || self.c.pools[p].idle.is_empty() {
+                continue;
+            }
+            let min = self.effective_min(p, wake);
+            let st = &self.c.pools[p];
+            if st.alive <= min || cfg.scale_in_protection {
+                continue;
+            }
+            if let Some(end) = st.last_scale_in.map(|t| t + secs(cfg.scale_in_cooldown_s)).filter(|&e| e > now) {
+                wake.at(end);
+                continue;
+            }
+            let timeout = secs(cfg.idle_timeout_s);
+            let mut remove = Vec::new();
+            for &(since, n) in &st.idle {
+                if since + timeout > now {
+                    wake.at(since + timeout);
+                    break;
+                }
+                let node = &self.c.nodes[n.0 as usize];
+                if node.protected || node.state != NodeState::Ready || !node.jobs.is_empty() {
+                    continue;
+                }
+                if st.alive - remove.len() as u32 <= min {
+                    break;
+                }
+                remove.push((n, now - since));
+            }
+            if remove.is_empty() {
+                continue;
+            }
+            for &(n, _) in &remove {
+                self.c.node_end(n, NodeState::Terminated, now);
+                self.actions.push_back(Action::Terminate { node: n });
+            }
+            self.c.counters.scale_actions += 1;
+            self.c.pools[p].last_scale_in = Some(now);
+            let name = self.cfg.pools[p].name.clone();
+            let count = remove.len();
+            let idle_s = remove.iter().map(|(_, i)| i / 1000).min().unwrap_or(0);
+            self.record(DecisionKind::ScaleIn, || format!("pool:{name}"), "idle_timeout", || {
+                format!("remove {count} node(s) idle for at least {idle_s} s")
+            });
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! The scheduling pass: walks the queue in order (tier, team fair share, age), places gangs all-or-nothing with
+//! best-fit bin-packing (the fullest node that still fits, so whole nodes stay free for large gangs), holds nodes
+//! back for blocked multi-GPU jobs so smaller jobs backfill only around them, and preempts strictly lower tiers
+//! when a job would otherwise miss its queue-wait SLO.
+
+use crate::cluster::Cluster;
+use crate::config::{ANY_MODEL, Config, Market};
+use crate::engine::{Engine, WakeAt};
+use crate::event::{DecisionKind, StopReason, job_subject};
+use crate::model::{Job, JobId, JobState, NodeId, NodeState, PendingReason};
+use crate::time::{Time, secs};
+
+/// Most jobs one pass preempts for.
+const MAX_PREEMPTING_JOBS: usize = 16;
+/// Blocked jobs a pass collects when no pool can grow (enough to find preemption candidates).
+const BLOCKED_CAP_NO_SCALE: usize = 256;
+/// Blocked jobs a pass collects for the autoscaler.
+const BLOCKED_CAP: usize = 2048;
+
+/// What a job asks of a node, copied out of the job so the cluster can be edited while it is in hand.
+pub(crate) struct Need {
+    pub g: u32,
+    pub w: u32,
+    pub model: Option<String>,
+    pub interruptible: bool,
+    pub tier: usize,
+}
+
+impl Need {
+    pub(crate) fn of(job: &Job) -> Need {
+        Need {
+            g: job.spec.gpus_per_worker,
+            w: job.spec.workers,
+            model: job.spec.gpu_model.clone(),
+            interruptible: job.interruptible,
+            tier: job.tier,
+        }
+    }
+}
+
+/// Returns whether a node of `model` can hold a job asking for `want`.
+pub(crate) fn model_fits(want: Option<&str>, model: &str) -> bool {
+    want.is_none_or(|w| w == model || model == ANY_MODEL)
+}
+
+/// Returns the pools `job` may run on, in placement order.
+pub(crate) fn job_pools<'a>(cfg: &'a Config, order: &'a [usize], interruptible: bool) -> impl Iterator<Item = usize> + 'a {
+    order.iter().copied().filter(move |&p| cfg.pools[p].market != Market::Spot || interruptible)
+}
+
+/// Finds nodes for every worker of `job` inside one pool (best fit per worker), or `None`. Leaves `c` as it was.
+fn find_placement(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Option<Vec<(NodeId, u32)>> {
+    let (g, w) = (job.g, job.w);
+    let want = job.model.as_deref();
+    for pool in job_pools(cfg, order, job.interruptible) {
+        // (free GPUs before, node) per worker taken; the index is edited as we go so the next worker sees it.
+        let mut taken: Vec<(u32, NodeId)> = Vec::with_capacity(w as usize);
+        for _ in 0..w {
+            let hit = c.free[pool]
+                .range((g, NodeId(0))..)
+                .find(|&&(_, n)| model_fits(want, &c.nodes[n.0 as usize].gpu_model))
+                .copied();
+            let Some((f, n)) = hit else { break };
+            c.free[pool].remove(&(f, n));
+            if f > g {
+                c.free[pool].insert((f - g, n));
+            }
+            taken.push((f, n));
+        }
+        // Undo the edits in reverse; the caller binds for real.
+        for &(f, n) in taken.iter().rev() {
+            if f > g {
+                c.free[pool].remove(&(f - g, n));
+            }
+            c.free[pool].insert((f, n));
+        }
+        if taken.len() == w as usize {
+            return Some(taken.into_iter().map(|(_, n)| (n, g)).collect());
+        }
+    }
+    None
+}
+
+/// Holds back up to `workers` nodes with the most free GPUs for a blocked job, so later, smaller jobs do not
+/// take them; returns what it removed from the free index.
+fn reserve(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Vec<(usize, u32, NodeId)> {
+    let (g, w) = (job.g, job.w);
+    let want = job.model.as_deref();
+    for pool in job_pools(cfg, order, job.interruptible) {
+        let picks: Vec<(u32, NodeId)> = c.free[pool]
+            .iter()
+            .rev()
+            .filter(|(_, n)| {
+                let node = &c.nodes[n.0 as usize];
+                node.gpus >= g && model_fits(want, &node.gpu_model)
+            })
+            .take(w as usize)
+            .copied()
+            .collect();
+        if !picks.is_empty() {
+            return picks
+                .into_iter()
+                .map(|(f, n)| {
+                    c.free[pool].remove(&(f, n));
+                    (pool, f, n)
+                })
+                .collect();
+        }
+    }
+    Vec::new()
+}
+
+/// Picks nodes for every worker of `job` by stopping jobs of strictly lower, preemptible tiers, choosing the
+/// nodes whose victims lose the least work. Returns (node per worker, victims), or `None`.
+fn find_victims(c: &Cluster, cfg: &Config, order: &[usize], job: &Need, now: Time) -> Option<(Vec<NodeId>, Vec<JobId>)> {
+    let (g, w) = (job.g, job.w as usize);
+    let want = job.model.as_deref();
+    let prio = cfg.tiers[job.tier].priority;
+    for pool in job_pools(cfg, order, job.interruptible) {
+        // (lost GPU-ms, node, victims) per candidate node.
+        let mut options: Vec<(i128, NodeId, Vec<JobId>)> = Vec::new();
+        let nodes = c.nodes.iter().filter(|n| n.pool == pool && n.state == NodeState::Ready && n.gpus >= g);
+        for node in nodes.filter(|n| model_fits(want, &n.gpu_model)).take(cfg.policy.preemption_node_limit) {
+            let mut cands: Vec<(i128, JobId, u32)> = node
+                .jobs
+                .iter()
+                .map(|&v| &c.jobs[v.0 as usize])
+                .filter(|v| {
+                    let t = &cfg.tiers[v.tier];
+                    // Jobs bound earlier in this pass are not running yet and are never victims.
+                    v.state == JobState::Running && t.priority > prio && t.preemptible && v.interruptible
+                })
+                .map(|v| {
+                    let held: u32 = v.placement.iter().filter(|(n, _)| *n == node.id).map(|(_, x)| x).sum();
+                    (v.unsaved_work_ms(now) as i128 * v.total_gpus() as i128, v.id, held)
+                })
+                .collect();
+            cands.sort();
+            let (mut free, mut cost, mut victims) = (node.free(), 0i128, Vec::new());
+            for (lost, v, held) in cands {
+                if free >= g {
+                    break;
+                }
+                free += held;
+                cost += lost;
+                victims.push(v);
+            }
+            if free >= g && !victims.is_empty() || node.free() >= g {
+                options.push((cost, node.id, victims));
+            }
+        }
+        if options.len() >= w {
+            options.sort();
+            let chosen = &options[..w];
+            let mut victims: Vec<JobId> = chosen.iter().flat_map(|(_, _, v)| v.iter().copied()).collect();
+            victims.sort();
+            victims.dedup();
+            if victims.is_empty() {
+                continue;
+            }
+            return Some((chosen.iter().map(|(_, n, _)| *n).collect(), victims));
+        }
+    }
+    None
+}
+
+impl Engine {
+    /// Runs one scheduling pass. Returns the blocked jobs (in queue order) that may buy cloud capacity now.
+    pub(crate) fn schedule(&mut self, wake: &mut WakeAt) -> Vec<JobId> {
+        let now = self.now;
+        let shares: Vec<f64> = self.c.teams.iter().map(|t| t.used_gpus as f64 / t.weight).collect();
+        let weights: Vec<f64> = self.c.teams.iter().map(|t| t.weight).collect();
+        let can_grow = self.any_pool_can_grow();
+        let blocked_cap = if can_grow { BLOCKED_CAP } else { BLOCKED_CAP_NO_SCALE };
+        let mut started: Vec<(JobId, Vec<(NodeId, u32)>)> = Vec::new();
+        let mut preempted: Vec<(JobId, JobId)> = Vec::new();
+        let mut blocked: Vec<JobId> = Vec::new();
+        let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
+        let mut reserved: Vec<(usize, u32, NodeId)> = Vec::new();
+        let (mut reservations, mut preempting, mut scanned) = (0usize, 0usize, 0usize);
+        let mut strict_block = false;
+        {
+            let Engine { queue, c, cfg, pool_order, .. } = self;
+            let cfg: &Config = cfg;
+            for id in queue.cursor(shares, weights) {
+                scanned += 1;
+                if scanned > cfg.policy.scan_limit || blocked.len() >= blocked_cap {
+                    break;
+                }
+                let job = &c.jobs[id.0 as usize];
+                let team = &c.teams[job.team];
+                if team.quota_gpus.is_some_and(|q| team.used_gpus + job.total_gpus() > q) {
+                    reasons.push((id, PendingReason::TeamQuota));
+                    continue;
+                }
+                let order = &pool_order[job.tier];
+                let need = Need::of(job);
+                if !strict_block {
+                    if let Some(placement) = find_placement(c, cfg, order, &need) {
+                        for &(n, g) in &placement {
+                            c.bind(id, n, g);
+                        }
+                        started.push((id, placement));
+                        continue;
+                    }
+                }
+                if cfg.policy.preemption && preempting < MAX_PREEMPTING_JOBS {
+                    if let Some(at) = preemption_due(cfg, c, order, &c.jobs[id.0 as usize], now) {
+                        if at > now {
+                            wake.at(at);
+                        } else if let Some((nodes, victims)) = find_victims(c, cfg, order, &need, now) {
+                            preempting += 1;
+                            for &v in &victims {
+                                // Free the victim's GPUs now so this job binds them in the same pass; the
+                                // victim is requeued right after the pass.
+                                c.release(v, now);
+                                preempted.push((v, id));
+                            }
+                            let g = need.g;
+                            let placement: Vec<(NodeId, u32)> = nodes.into_iter().map(|n| (n, g)).collect();
+                            for &(n, g) in &placement {
+                                c.bind(id, n, g);
+                            }
+                            started.push((id, placement));
+                            continue;
+                        }
+                    }
+                }
+                let job = &c.jobs[id.0 as usize];
+                let burst_at = job.queued_since + secs(cfg.tiers[job.tier].burst_after_s);
+                if now < burst_at {
+                    wake.at(burst_at);
+                    reasons.push((id, PendingReason::WaitingForFixedCapacity));
+                } else {
+                    blocked.push(id);
+                }
+                if !cfg.policy.backfill {
+                    strict_block = true;
+                } else if (need.w > 1 || need.g > 1) && reservations < cfg.policy.max_reservations {
+                    reservations += 1;
+                    reserved.extend(reserve(c, cfg, order, &need));
+                }
+            }
+            for (pool, f, n) in reserved {
+                // The node may have changed while held (a victim released there); reinsert its current free GPUs.
+                let _ = f;
+                let node = &c.nodes[n.0 as usize];
+                if node.state == NodeState::Ready && node.free() > 0 {
+                    c.free[pool].insert((node.free(), n));
+                }
+            }
+        }
+        for (victim, by) in preempted {
+            self.c.counters.preemptions += 1;
+            let (vt, bt) = (self.c.jobs[victim.0 as usize].tier, self.c.jobs[by.0 as usize].tier);
+            let (vn, bn) = (self.cfg.tiers[vt].name.clone(), self.cfg.tiers[bt].name.clone());
+            self.record(DecisionKind::JobPreempted, || job_subject(victim), "higher_tier_slo", || {
+                format!("{vn} job preempted for {bn} job {} that would otherwise miss its queue-wait SLO", by.0)
+            });
+            self.requeue(victim, StopReason::Preempted { by });
+        }
+        for (id, placement) in started {
+            self.start_job(id, placement);
+        }
+        for (id, reason) in reasons {
+            self.set_pending(id, reason);
+        }
+        blocked
+    }
+
+    /// Sets a job's pending reason, recording the change.
+    pub(crate) fn set_pending(&mut self, id: JobId, reason: PendingReason) {
+        let j = &mut self.c.jobs[id.0 as usize];
+        if j.pending == reason {
+            return;
+        }
+        j.pending = reason;
+        let waited = self.now - j.queued_since;
+        self.record(DecisionKind::JobPending, || job_subject(id), reason.code(), || format!("queued {} s", waited / 1000));
+    }
+
+    /// Returns whether any cloud pool could launch a node now (below max, past its cooldown).
+    fn any_pool_can_grow(&self) -> bool {
+        (0..self.cfg.pools.len()).any(|p| self.pool_headroom(p) > 0)
+    }
+}
+
+/// Returns when `job` may start preempting (its SLO minus the time new capacity would take), or `None` when its
+/// tier has nothing to preempt.
+fn preemption_due(cfg: &Config, c: &Cluster, order: &[usize], job: &Job, now: Time) -> Option<Time> {
+    let prio = cfg.tiers[job.tier].priority;
+    if !cfg.tiers.iter().any(|t| t.priority > prio && t.preemptible) {
+        return None;
+    }
+    let slo = secs(cfg.tiers[job.tier].queue_wait_slo_s);
+    // The soonest a new node could hold it: the boot latency of an allowed cloud pool with room to grow.
+    let boot = job_pools(cfg, order, job.interruptible)
+        .filter(|&p| cfg.pools[p].market != Market::Fixed && c.pools[p].alive < cfg.pools[p].max_nodes)
+        .map(|p| secs(cfg.pools[p].boot_latency_s))
+        .min();
+    Some(match boot {
+        Some(b) => job.queued_since + slo - b,
+        None => now,
+    })
+}

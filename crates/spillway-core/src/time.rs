@@ -1,0 +1,23 @@
+//! Time as a value: the core never reads a clock. A [`Time`] is milliseconds since the Unix epoch, handed in by
+//! the shell (the simulator's virtual clock or the daemon's real one).
+
+/// Milliseconds since the Unix epoch.
+pub type Time = i64;
+
+/// A duration in milliseconds.
+pub type Millis = i64;
+
+/// Returns `s` seconds as milliseconds, rounded to the nearest millisecond.
+pub fn secs(s: f64) -> Millis {
+    (s * 1000.0).round() as Millis
+}
+
+/// Returns a millisecond duration as seconds.
+pub fn to_secs(ms: Millis) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// Returns a millisecond duration as hours.
+pub fn to_hours(ms: Millis) -> f64 {
+    ms as f64 / 3_600_000.0
+}

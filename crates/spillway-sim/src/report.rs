@@ -1,0 +1,128 @@
+//! The simulation report: the figures of every policy run on one input, side by side with the bound.
+//! `report.json` is this structure serialized; maps are `BTreeMap` so the bytes are reproducible.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Mean and percentiles of a sample, in seconds.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Stats {
+    pub mean: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+/// Per-tier outcome of a run.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct TierReport {
+    /// Jobs of this tier submitted.
+    pub jobs: usize,
+    /// Time from submission to first start, over started jobs.
+    pub queue_wait_s: Stats,
+    /// Time from submission to completion, over completed jobs.
+    pub jct_s: Stats,
+    /// Jobs whose first start came later than the tier's queue-wait SLO (or that never started).
+    pub slo_misses: usize,
+}
+
+/// Cost split by market.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct MarketCost {
+    pub fixed: f64,
+    pub on_demand: f64,
+    pub spot: f64,
+}
+
+/// The outcome of one policy on the input.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RunReport {
+    /// `spillway`, `static-peak`, `fixed-only` or `on-demand-reactive`.
+    pub policy: String,
+    pub cost_usd: f64,
+    pub cost_by_market: MarketCost,
+    pub cost_by_team: BTreeMap<String, f64>,
+    pub cost_by_tier: BTreeMap<String, f64>,
+    pub cost_by_pool: BTreeMap<String, f64>,
+    /// Cost of GPUs that were paid for and ran nothing.
+    pub idle_cost_usd: f64,
+    /// `cost_usd / bound.cost_usd`.
+    pub cost_vs_bound: f64,
+    pub jobs_submitted: usize,
+    pub jobs_completed: usize,
+    /// Jobs that ended by their own failing exit.
+    pub jobs_failed: usize,
+    /// Jobs neither completed, failed nor still queued: always 0 unless the engine has a bug.
+    pub jobs_lost: usize,
+    /// Jobs still queued or running when the run stopped.
+    pub jobs_unfinished: usize,
+    pub busy_gpu_hours: f64,
+    pub idle_gpu_hours: f64,
+    /// Scale-out and scale-in decisions (one per pool per decision).
+    pub scale_actions: usize,
+    pub nodes_launched: usize,
+    pub launch_failures: usize,
+    pub preemptions: usize,
+    /// GPU-hours of work redone because a job was stopped after its last checkpoint.
+    pub lost_gpu_hours: f64,
+    /// Simulated seconds from the start of the trace to the last job's end.
+    pub makespan_s: f64,
+    /// Simulated events the run processed.
+    pub events: u64,
+    pub tiers: BTreeMap<String, TierReport>,
+}
+
+/// The instant-overflow bound: every job starts at submission; the fixed pool serves demand in tier order; each
+/// tier's overflow runs on the cheapest market it allows, with no boot latency, no idle GPU, no fragmentation.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct BoundReport {
+    pub cost_usd: f64,
+    pub cost_by_market: MarketCost,
+    /// Peak concurrent GPU demand if every job starts at submission.
+    pub peak_gpus: u64,
+}
+
+/// What was simulated.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct InputReport {
+    /// Trace file or generator.
+    pub source: String,
+    pub config: String,
+    /// Jobs replayed.
+    pub jobs: usize,
+    /// Rows the loader skipped on purpose, by reason.
+    pub skipped: BTreeMap<String, usize>,
+    pub total_gpu_hours: f64,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Report {
+    pub seed: u64,
+    pub input: InputReport,
+    pub runs: Vec<RunReport>,
+    pub bound: BoundReport,
+}
+
+/// A table of samples over time. The first column is `time_s` (seconds from the start of the trace); the others
+/// are named `demand:queued_gpus`, `demand:running_gpus`, `pool:<name>:capacity_gpus`, `pool:<name>:busy_gpus`,
+/// `pool:<name>:nodes`, and `cost:fixed`, `cost:on_demand`, `cost:spot` (cumulative USD).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TimeSeries {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<f64>>,
+}
+
+/// Mean and percentiles (nearest rank) of `values`; all zero when empty.
+pub fn stats(values: &[f64]) -> Stats {
+    if values.is_empty() {
+        return Stats::default();
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let pick = |q: f64| {
+        let rank = (q * v.len() as f64).ceil() as usize;
+        v[rank.clamp(1, v.len()) - 1]
+    };
+    Stats { mean: v.iter().sum::<f64>() / v.len() as f64, p50: pick(0.50), p95: pick(0.95), p99: pick(0.99) }
+}

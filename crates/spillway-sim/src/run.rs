@@ -1,0 +1,189 @@
+//! Runs every policy on one input, builds the [`Report`], and writes `report.json`, `timeseries.csv`,
+//! `events.jsonl` and `report.html`.
+
+use crate::input::SimJob;
+use crate::policies::{POLICIES, bound, config_for};
+use crate::report::{InputReport, MarketCost, Report, RunReport, TierReport, TimeSeries, stats};
+use crate::sim::{SimError, SimOptions, SimOutcome, simulate};
+use spillway_core::time::{secs, to_secs};
+use spillway_core::{Config, Decision, JobState};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// Everything one `simulate` produced: the report, and for the `spillway` run its samples, queue waits per tier
+/// and decisions.
+pub struct Comparison {
+    pub report: Report,
+    pub series: TimeSeries,
+    pub waits_by_tier: BTreeMap<String, Vec<f64>>,
+    pub decisions: Vec<Decision>,
+}
+
+/// Runs `spillway` and every reference on `jobs`; `progress(policy)` is called before each run.
+pub fn compare(cfg: &Config, jobs: &[SimJob], input: InputReport, opts: &SimOptions, mut progress: impl FnMut(&str)) -> Result<Comparison, SimError> {
+    let bound = bound(cfg, jobs);
+    let mut report = Report { seed: opts.seed, input, runs: Vec::new(), bound };
+    let mut main: Option<(SimOutcome, Config)> = None;
+    for policy in POLICIES {
+        progress(policy);
+        let Some(pcfg) = config_for(policy, cfg, jobs) else { continue };
+        let popts = SimOptions { record: opts.record && policy == "spillway", ..opts.clone() };
+        let out = simulate(&pcfg, jobs, &popts)?;
+        let mut run = run_report(policy, &pcfg, &out);
+        run.cost_vs_bound = if report.bound.cost_usd > 0.0 { run.cost_usd / report.bound.cost_usd } else { 0.0 };
+        report.runs.push(run);
+        if policy == "spillway" {
+            main = Some((out, pcfg));
+        }
+    }
+    let Some((out, pcfg)) = main else {
+        return Ok(Comparison { report, series: TimeSeries::default(), waits_by_tier: BTreeMap::new(), decisions: Vec::new() });
+    };
+    let waits_by_tier = waits(&pcfg, &out);
+    Ok(Comparison { report, series: out.series, waits_by_tier, decisions: out.decisions })
+}
+
+/// Returns each tier's queue waits (seconds) of the jobs that started.
+fn waits(cfg: &Config, out: &SimOutcome) -> BTreeMap<String, Vec<f64>> {
+    let mut w: BTreeMap<String, Vec<f64>> = cfg.tiers.iter().map(|t| (t.name.clone(), Vec::new())).collect();
+    for j in &out.engine.cluster().jobs {
+        if let (Some(s), Some(v)) = (j.first_start, w.get_mut(&cfg.tiers[j.tier].name)) {
+            v.push(to_secs(s - j.submitted));
+        }
+    }
+    w
+}
+
+/// Returns the figures of one run.
+pub fn run_report(policy: &str, cfg: &Config, out: &SimOutcome) -> RunReport {
+    let c = out.engine.cluster();
+    let l = &c.ledger;
+    let mut r = RunReport {
+        policy: policy.into(),
+        cost_usd: l.node_usd,
+        cost_by_market: MarketCost { fixed: l.by_market[0], on_demand: l.by_market[1], spot: l.by_market[2] },
+        idle_cost_usd: l.idle_usd(),
+        jobs_submitted: out.submitted,
+        busy_gpu_hours: l.busy_gpu_hours(),
+        idle_gpu_hours: l.idle_gpu_hours(),
+        scale_actions: c.counters.scale_actions as usize,
+        nodes_launched: c.counters.nodes_launched as usize,
+        launch_failures: c.counters.launch_failures as usize,
+        preemptions: c.counters.preemptions as usize,
+        lost_gpu_hours: out.lost_gpu_ms as f64 / 3_600_000.0,
+        makespan_s: to_secs(out.makespan_ms),
+        events: out.events,
+        ..RunReport::default()
+    };
+    for (i, p) in cfg.pools.iter().enumerate() {
+        r.cost_by_pool.insert(p.name.clone(), l.by_pool[i]);
+    }
+    for (i, t) in c.teams.iter().enumerate() {
+        r.cost_by_team.insert(t.name.clone(), l.by_team.get(i).copied().unwrap_or(0.0));
+    }
+    for (i, t) in cfg.tiers.iter().enumerate() {
+        r.cost_by_tier.insert(t.name.clone(), l.by_tier[i]);
+    }
+    let mut per_tier: Vec<(usize, Vec<f64>, Vec<f64>, usize)> = vec![(0, Vec::new(), Vec::new(), 0); cfg.tiers.len()];
+    for j in &c.jobs {
+        let slo = secs(cfg.tiers[j.tier].queue_wait_slo_s);
+        let t = &mut per_tier[j.tier];
+        t.0 += 1;
+        match j.first_start {
+            Some(s) => {
+                t.1.push(to_secs(s - j.submitted));
+                if s - j.submitted > slo {
+                    t.3 += 1;
+                }
+            }
+            None => t.3 += 1,
+        }
+        match j.state {
+            JobState::Succeeded => {
+                r.jobs_completed += 1;
+                if let Some(e) = j.ended {
+                    t.2.push(to_secs(e - j.submitted));
+                }
+            }
+            JobState::Failed => r.jobs_failed += 1,
+            JobState::Queued | JobState::Running => r.jobs_unfinished += 1,
+            JobState::Cancelled => {}
+        }
+    }
+    let accounted = r.jobs_completed + r.jobs_failed + r.jobs_unfinished + c.jobs.iter().filter(|j| j.state == JobState::Cancelled).count();
+    r.jobs_lost = out.submitted.saturating_sub(accounted);
+    for (i, (jobs, w, jct, misses)) in per_tier.into_iter().enumerate() {
+        r.tiers.insert(cfg.tiers[i].name.clone(), TierReport { jobs, queue_wait_s: stats(&w), jct_s: stats(&jct), slo_misses: misses });
+    }
+    r
+}
+
+/// Writes `report.json`, `timeseries.csv`, `events.jsonl` and `report.html` into `dir` (created if needed).
+pub fn write_outputs(dir: &Path, cmp: &Comparison, t0_ms: i64) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let json = serde_json::to_string_pretty(&cmp.report).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("report.json"), json + "\n")?;
+    let mut ts = std::io::BufWriter::new(std::fs::File::create(dir.join("timeseries.csv"))?);
+    writeln!(ts, "{}", cmp.series.columns.join(","))?;
+    for row in &cmp.series.rows {
+        let cells: Vec<String> = row.iter().map(|v| format!("{v:.3}")).collect();
+        writeln!(ts, "{}", cells.join(","))?;
+    }
+    ts.flush()?;
+    let mut ev = std::io::BufWriter::new(std::fs::File::create(dir.join("events.jsonl"))?);
+    for d in &cmp.decisions {
+        let line = serde_json::json!({
+            "time_s": to_secs(d.at - t0_ms),
+            "kind": d.kind,
+            "subject": d.subject,
+            "reason": d.reason,
+            "detail": d.detail,
+        });
+        writeln!(ev, "{line}")?;
+    }
+    ev.flush()?;
+    let html = crate::html::render(&cmp.report, &cmp.series, &cmp.waits_by_tier);
+    std::fs::write(dir.join("report.html"), html)
+}
+
+/// Returns the terminal summary: one line per run and the bound.
+pub fn summary_table(report: &Report) -> String {
+    let mut s = format!(
+        "{:<20} {:>12} {:>8} {:>11} {:>11} {:>11} {:>10} {:>10} {:>10} {:>9}\n",
+        "policy", "cost USD", "/bound", "fixed", "on-demand", "spot", "p0 p95 wait", "p1 p95", "p2 p95", "done/sub"
+    );
+    let wait = |r: &RunReport, t: &str| r.tiers.get(t).map_or("-".to_string(), |x| human(x.queue_wait_s.p95));
+    for r in &report.runs {
+        s += &format!(
+            "{:<20} {:>12.0} {:>8.2} {:>11.0} {:>11.0} {:>11.0} {:>10} {:>10} {:>10} {:>9}\n",
+            r.policy,
+            r.cost_usd,
+            r.cost_vs_bound,
+            r.cost_by_market.fixed,
+            r.cost_by_market.on_demand,
+            r.cost_by_market.spot,
+            wait(r, "p0"),
+            wait(r, "p1"),
+            wait(r, "p2"),
+            format!("{}/{}", r.jobs_completed, r.jobs_submitted)
+        );
+    }
+    let b = &report.bound;
+    s += &format!(
+        "{:<20} {:>12.0} {:>8.2} {:>11.0} {:>11.0} {:>11.0}\n",
+        "instant-overflow bound", b.cost_usd, 1.0, b.cost_by_market.fixed, b.cost_by_market.on_demand, b.cost_by_market.spot
+    );
+    s
+}
+
+/// Returns seconds in a short human form (`42s`, `7m`, `3.1h`).
+fn human(s: f64) -> String {
+    if s < 60.0 {
+        format!("{s:.0}s")
+    } else if s < 3600.0 {
+        format!("{:.1}m", s / 60.0)
+    } else {
+        format!("{:.1}h", s / 3600.0)
+    }
+}

@@ -1,0 +1,365 @@
+//! The simulator's event loop: a virtual clock, a heap of scheduled events, a simulated cloud (boot latency drawn
+//! from a seeded log-normal, capacity per offering, launch failures), and the engine deciding. Every delay is an
+//! event on the heap; nothing sleeps. Invariants are checked after every step.
+
+use crate::input::SimJob;
+use crate::report::TimeSeries;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, LogNormal};
+use spillway_core::time::{Millis, Time};
+use spillway_core::{Action, Config, Decision, Engine, Event, JobId, JobState, LaunchError, Market, NodeId, StopReason};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+/// How much checking to do after each step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Cheap checks of what the step touched (the default).
+    Step,
+    /// The engine's full invariant check after every step (tests and property tests).
+    Full,
+}
+
+/// Options of one simulated run.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    pub seed: u64,
+    /// Keep the engine's decision records (for `events.jsonl`).
+    pub record: bool,
+    pub check: Check,
+    /// Target number of time-series samples over the run.
+    pub samples: usize,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { seed: 1, record: false, check: Check::Step, samples: 1500 }
+    }
+}
+
+/// A scheduled simulator event. Ordered so ties at one instant resolve the same way every run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum SimEvent {
+    LaunchFailed(NodeId, bool),
+    NodeReady(NodeId),
+    JobExit(JobId, u32),
+    Sample,
+}
+
+/// What the simulator knows that the engine does not: each job's true remaining work.
+#[derive(Debug, Clone, Copy)]
+struct Truth {
+    remaining_ms: Millis,
+    attempt_start: Time,
+    checkpoint_ms: Option<Millis>,
+}
+
+/// The result of a run: the engine at its end (for the report), samples, decisions and counts.
+pub struct SimOutcome {
+    pub engine: Engine,
+    pub series: TimeSeries,
+    pub decisions: Vec<Decision>,
+    /// Simulated time of the last job's end (or of the run's end), ms from the start of the trace.
+    pub makespan_ms: Millis,
+    pub events: u64,
+    pub submitted: usize,
+    /// GPU-ms of work the simulator saw redone (time since the last checkpoint of stopped attempts).
+    pub lost_gpu_ms: i128,
+}
+
+/// Errors a run can end with: a broken invariant (an engine bug) or a refused event.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("invariant broken at t={at_s} s: {message}")]
+    Invariant { at_s: f64, message: String },
+    #[error("job {name} refused at submission: {message}")]
+    Refused { name: String, message: String },
+}
+
+/// Replays `jobs` through a fresh engine on `cfg` and returns the outcome.
+pub fn simulate(cfg: &Config, jobs: &[SimJob], opts: &SimOptions) -> Result<SimOutcome, SimError> {
+    Sim::new(cfg, jobs, opts).run()
+}
+
+struct Sim<'a> {
+    cfg: &'a Config,
+    jobs: &'a [SimJob],
+    opts: &'a SimOptions,
+    engine: Engine,
+    t0: Time,
+    now: Time,
+    heap: BinaryHeap<Reverse<(Time, u64, SimEvent)>>,
+    seq: u64,
+    rng: ChaCha8Rng,
+    truth: Vec<Truth>,
+    alive: BTreeMap<(usize, usize), u32>,
+    decisions: Vec<Decision>,
+    series: TimeSeries,
+    sample_ms: Millis,
+    events: u64,
+    finished: usize,
+    last_end: Time,
+    lost_gpu_ms: i128,
+    queued_gpus: i64,
+    running_gpus: i64,
+}
+
+impl<'a> Sim<'a> {
+    fn new(cfg: &'a Config, jobs: &'a [SimJob], opts: &'a SimOptions) -> Sim<'a> {
+        let t0 = cfg.start_ms;
+        let mut engine = Engine::new(cfg.clone(), t0);
+        engine.set_recording(opts.record);
+        let span = jobs.iter().map(|j| j.submit_ms + j.duration_ms).max().unwrap_or(0);
+        let sample_ms = (span / opts.samples.max(1) as i64).max(60_000);
+        let mut s = Sim {
+            cfg,
+            jobs,
+            opts,
+            engine,
+            t0,
+            now: t0,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            rng: ChaCha8Rng::seed_from_u64(opts.seed),
+            truth: Vec::with_capacity(jobs.len()),
+            alive: BTreeMap::new(),
+            decisions: Vec::new(),
+            series: TimeSeries { columns: series_columns(cfg), rows: Vec::new() },
+            sample_ms,
+            events: 0,
+            finished: 0,
+            last_end: t0,
+            lost_gpu_ms: 0,
+            queued_gpus: 0,
+            running_gpus: 0,
+        };
+        s.push(t0, SimEvent::Sample);
+        s
+    }
+
+    fn push(&mut self, at: Time, ev: SimEvent) {
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, ev)));
+    }
+
+    fn run(mut self) -> Result<SimOutcome, SimError> {
+        let mut next_job = 0usize;
+        // Stop once every job ended and the cloud has had time to scale back in (bounded, so cron windows that
+        // keep waking the engine cannot run forever).
+        let tail_ms: Millis = self.cfg.pools.iter().map(|p| spillway_core::time::secs(p.idle_timeout_s + p.scale_in_cooldown_s)).max().unwrap_or(0) + 60_000;
+        loop {
+            self.drain_actions()?;
+            let all_done = next_job == self.jobs.len() && self.finished == self.jobs.len();
+            if all_done && (self.now > self.last_end + tail_ms || self.cloud_at_rest()) {
+                break;
+            }
+            let t_job = self.jobs.get(next_job).map(|j| self.t0 + j.submit_ms);
+            let t_heap = self.heap.peek().map(|Reverse((t, _, _))| *t);
+            let t_wake = self.engine.poll_timeout().map(|t| t.max(self.now));
+            let Some(t) = [t_job, t_heap, t_wake].into_iter().flatten().min() else { break };
+            self.now = t;
+            let mut woke = false;
+            while self.jobs.get(next_job).is_some_and(|j| self.t0 + j.submit_ms == t) {
+                self.submit(next_job)?;
+                next_job += 1;
+            }
+            while let Some(&Reverse((at, _, ev))) = self.heap.peek() {
+                if at != t {
+                    break;
+                }
+                self.heap.pop();
+                self.apply(ev)?;
+            }
+            if t_wake == Some(t) {
+                self.engine.handle_timeout(t);
+                woke = true;
+            }
+            self.events += 1;
+            let _ = woke;
+            if self.opts.check == Check::Full {
+                self.drain_actions()?;
+                self.engine.check_invariants().map_err(|m| self.broken(m))?;
+            }
+        }
+        self.engine.finish(self.now);
+        self.sample();
+        let makespan_ms = self.last_end - self.t0;
+        Ok(SimOutcome {
+            engine: self.engine,
+            series: self.series,
+            decisions: self.decisions,
+            makespan_ms,
+            events: self.events,
+            submitted: self.jobs.len(),
+            lost_gpu_ms: self.lost_gpu_ms,
+        })
+    }
+
+    fn broken(&self, message: String) -> SimError {
+        SimError::Invariant { at_s: (self.now - self.t0) as f64 / 1000.0, message }
+    }
+
+    /// Returns whether no cloud node is alive beyond its pool's configured min.
+    fn cloud_at_rest(&self) -> bool {
+        let c = self.engine.cluster();
+        self.cfg.pools.iter().enumerate().all(|(p, pool)| pool.market == Market::Fixed || c.pools[p].alive <= pool.min_nodes)
+    }
+
+    fn submit(&mut self, i: usize) -> Result<(), SimError> {
+        let j = &self.jobs[i];
+        let id = self
+            .engine
+            .submit(self.now, j.spec.clone())
+            .map_err(|e| SimError::Refused { name: j.spec.name.clone(), message: e.to_string() })?;
+        let ck = self.engine.job(id).and_then(|x| x.checkpoint_interval_ms);
+        debug_assert_eq!(id.0 as usize, self.truth.len());
+        self.truth.push(Truth { remaining_ms: j.duration_ms, attempt_start: 0, checkpoint_ms: ck });
+        self.queued_gpus += (j.spec.gpus_per_worker * j.spec.workers) as i64;
+        Ok(())
+    }
+
+    fn apply(&mut self, ev: SimEvent) -> Result<(), SimError> {
+        let now = self.now;
+        let res = match ev {
+            SimEvent::NodeReady(node) => self.engine.handle_event(now, Event::NodeReady { node }),
+            SimEvent::LaunchFailed(node, capacity) => {
+                self.forget_node(node);
+                let error = if capacity { LaunchError::InsufficientCapacity } else { LaunchError::Transient("simulated launch failure".into()) };
+                self.engine.handle_event(now, Event::LaunchFailed { node, error })
+            }
+            SimEvent::JobExit(job, attempt) => {
+                let running = self.engine.job(job).is_some_and(|j| j.state == JobState::Running && j.attempt == attempt);
+                if running {
+                    self.finished += 1;
+                    self.last_end = now;
+                    self.running_gpus -= self.engine.job(job).map_or(0, |j| j.total_gpus() as i64);
+                }
+                self.engine.handle_event(now, Event::JobExited { job, attempt, success: true })
+            }
+            SimEvent::Sample => {
+                self.sample();
+                self.push(now + self.sample_ms, SimEvent::Sample);
+                Ok(())
+            }
+        };
+        res.map_err(|e| self.broken(format!("engine refused a simulator event: {e}")))
+    }
+
+    fn drain_actions(&mut self) -> Result<(), SimError> {
+        while let Some(a) = self.engine.poll_action() {
+            self.act(a)?;
+        }
+        Ok(())
+    }
+
+    fn act(&mut self, a: Action) -> Result<(), SimError> {
+        let now = self.now;
+        match a {
+            Action::Launch { node, pool, instance_type } => {
+                let p = &self.cfg.pools[pool];
+                let cap = p.capacity.get(&self.cfg.instance_types[instance_type].name).copied();
+                let count = self.alive.entry((pool, instance_type)).or_default();
+                if cap.is_some_and(|c| *count >= c) {
+                    self.push(now + 10_000, SimEvent::LaunchFailed(node, true));
+                } else if p.launch_failure_rate > 0.0 && self.rng.random::<f64>() < p.launch_failure_rate {
+                    *count += 1;
+                    self.push(now + 30_000, SimEvent::LaunchFailed(node, false));
+                } else {
+                    *count += 1;
+                    let median = p.boot_latency_s.max(0.0);
+                    let boot_s = match LogNormal::new(median.max(1e-3).ln(), p.boot_jitter) {
+                        Ok(d) if p.boot_jitter > 0.0 => d.sample(&mut self.rng),
+                        _ => median,
+                    };
+                    self.push(now + (boot_s * 1000.0).round() as i64, SimEvent::NodeReady(node));
+                }
+            }
+            Action::Terminate { node } => self.forget_node(node),
+            Action::StartJob { job, attempt, placement } => {
+                let nodes = self.engine.cluster();
+                for &(n, _) in &placement {
+                    let node = &nodes.nodes[n.0 as usize];
+                    if node.used > node.gpus {
+                        return Err(self.broken(format!("node {} overcommitted starting job {}", n.0, job.0)));
+                    }
+                }
+                let t = &mut self.truth[job.0 as usize];
+                t.attempt_start = now;
+                let end = now + t.remaining_ms;
+                let g = self.engine.job(job).map_or(0, |j| j.total_gpus() as i64);
+                self.queued_gpus -= g;
+                self.running_gpus += g;
+                self.push(end, SimEvent::JobExit(job, attempt));
+            }
+            Action::StopJob { job, reason, .. } => {
+                if let StopReason::Preempted { by } = reason {
+                    let (v, b) = (self.engine.job(job), self.engine.job(by));
+                    let (vp, bp) = (v.map(|j| self.cfg.tiers[j.tier].priority), b.map(|j| self.cfg.tiers[j.tier].priority));
+                    if vp <= bp {
+                        return Err(self.broken(format!("job {} preempted by job {} of a tier not strictly higher", job.0, by.0)));
+                    }
+                }
+                let g = self.engine.job(job).map_or(0, |j| j.total_gpus() as i64);
+                let t = &mut self.truth[job.0 as usize];
+                let elapsed = now - t.attempt_start;
+                // Work up to the last checkpoint survives; the rest is redone.
+                let saved = match t.checkpoint_ms {
+                    Some(iv) if iv > 0 => (elapsed / iv) * iv,
+                    _ => 0,
+                };
+                t.remaining_ms = (t.remaining_ms - saved).max(1);
+                self.lost_gpu_ms += (elapsed - saved) as i128 * g as i128;
+                self.running_gpus -= g;
+                if reason != StopReason::Cancelled {
+                    self.queued_gpus += g;
+                }
+            }
+            Action::Record(d) => self.decisions.push(d),
+        }
+        Ok(())
+    }
+
+    fn forget_node(&mut self, node: NodeId) {
+        let n = &self.engine.cluster().nodes[node.0 as usize];
+        if let (Some(it), pool) = (n.instance_type, n.pool) {
+            if let Some(c) = self.alive.get_mut(&(pool, it)) {
+                *c = c.saturating_sub(1);
+            }
+        }
+    }
+
+    fn sample(&mut self) {
+        let c = self.engine.cluster();
+        let pools = self.cfg.pools.len();
+        let (mut cap, mut busy, mut nodes) = (vec![0u64; pools], vec![0u64; pools], vec![0u64; pools]);
+        let mut open = [0.0f64; 3];
+        for n in c.nodes.iter().filter(|n| n.alive()) {
+            nodes[n.pool] += 1;
+            if n.state == spillway_core::NodeState::Ready {
+                cap[n.pool] += n.gpus as u64;
+                busy[n.pool] += n.used as u64;
+            }
+            if n.ended_at.is_none() {
+                open[n.market.index()] += n.price_usd_per_hour * (self.now - n.requested_at) as f64 / 3_600_000.0;
+            }
+        }
+        let mut row = vec![(self.now - self.t0) as f64 / 1000.0, self.queued_gpus as f64, self.running_gpus as f64];
+        for p in 0..pools {
+            row.extend([cap[p] as f64, busy[p] as f64, nodes[p] as f64]);
+        }
+        for m in 0..3 {
+            row.push(c.ledger.by_market[m] + open[m]);
+        }
+        self.series.rows.push(row);
+    }
+}
+
+fn series_columns(cfg: &Config) -> Vec<String> {
+    let mut cols = vec!["time_s".to_string(), "demand:queued_gpus".into(), "demand:running_gpus".into()];
+    for p in &cfg.pools {
+        cols.extend([format!("pool:{}:capacity_gpus", p.name), format!("pool:{}:busy_gpus", p.name), format!("pool:{}:nodes", p.name)]);
+    }
+    cols.extend(["cost:fixed".into(), "cost:on_demand".into(), "cost:spot".into()]);
+    cols
+}
