@@ -27,6 +27,8 @@ pub struct PoolState {
     pub last_scale_in: Option<Time>,
     /// Ready nodes without jobs, by the time they became idle.
     pub idle: BTreeSet<(Time, NodeId)>,
+    /// Ready nodes (so scans never walk nodes that are gone).
+    pub ready: BTreeSet<NodeId>,
 }
 
 /// Counters reported at the end of a run.
@@ -142,6 +144,7 @@ impl Cluster {
         n.idle_since = Some(now);
         let (pool, gpus) = (n.pool, n.gpus);
         self.pools[pool].requested.remove(&id);
+        self.pools[pool].ready.insert(id);
         self.pools[pool].idle.insert((now, id));
         self.free[pool].insert((gpus, id));
     }
@@ -162,6 +165,7 @@ impl Cluster {
             self.pools[pool].idle.remove(&(since, id));
         }
         self.free[pool].remove(&(free, id));
+        self.pools[pool].ready.remove(&id);
         self.pools[pool].alive -= 1;
         if was == NodeState::Requested {
             self.pools[pool].requested.remove(&id);

@@ -119,7 +119,7 @@ fn find_victims(c: &Cluster, cfg: &Config, order: &[usize], job: &Need, now: Tim
     for pool in job_pools(cfg, order, job.interruptible) {
         // (lost GPU-ms, node, victims) per candidate node.
         let mut options: Vec<(i128, NodeId, Vec<JobId>)> = Vec::new();
-        let nodes = c.nodes.iter().filter(|n| n.pool == pool && n.state == NodeState::Ready && n.gpus >= g);
+        let nodes = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]).filter(|n| n.gpus >= g);
         for node in nodes.filter(|n| model_fits(want, &n.gpu_model)).take(cfg.policy.preemption_node_limit) {
             let mut cands: Vec<(i128, JobId, u32)> = node
                 .jobs

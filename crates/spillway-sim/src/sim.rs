@@ -334,7 +334,9 @@ impl<'a> Sim<'a> {
         let pools = self.cfg.pools.len();
         let (mut cap, mut busy, mut nodes) = (vec![0u64; pools], vec![0u64; pools], vec![0u64; pools]);
         let mut open = [0.0f64; 3];
-        for n in c.nodes.iter().filter(|n| n.alive()) {
+        // Only live nodes: walking every node ever launched would make long runs quadratic.
+        let live = c.pools.iter().flat_map(|p| p.ready.iter().chain(p.requested.iter()));
+        for n in live.map(|id| &c.nodes[id.0 as usize]) {
             nodes[n.pool] += 1;
             if n.state == spillway_core::NodeState::Ready {
                 cap[n.pool] += n.gpus as u64;

@@ -369,7 +369,7 @@ fn default_idle_s() -> f64 {
     600.0
 }
 fn default_out_cooldown_s() -> f64 {
-    30.0
+    10.0
 }
 fn default_in_cooldown_s() -> f64 {
     60.0
