@@ -39,6 +39,8 @@ pub struct Counters {
     pub launch_failures: u64,
     pub preemptions: u64,
     pub requeues: u64,
+    /// Passes that stopped at the queue scan limit or the blocked-job cap.
+    pub scan_limit_hits: u64,
     /// GPU-milliseconds of work lost by stopped attempts (time since their last checkpoint).
     pub lost_gpu_ms: i128,
 }

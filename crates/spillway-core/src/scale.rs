@@ -11,6 +11,9 @@ use crate::time::{Time, secs};
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
+/// Most ready nodes per pool whose free GPUs the scale-out estimate counts (the fullest-free first).
+const VIRTUAL_READY_NODES: usize = 64;
+
 /// Returns the pools `tier` may use in placement order: fixed first, then cheapest price per GPU-hour.
 pub(crate) fn pool_order(cfg: &Config, tier: usize) -> Vec<usize> {
     let markets = &cfg.tiers[tier].markets;
@@ -142,9 +145,14 @@ impl Engine {
     pub(crate) fn scale_out(&mut self, blocked: &[JobId], wake: &mut WakeAt) {
         let now = self.now;
         let pools = self.cfg.pools.len();
-        // Free GPUs of nodes still booting (and of nodes planned in this pass): (pool, free, model).
+        // Free GPUs per pool that blocked jobs may count on before buying more: ready nodes with the most free
+        // GPUs (a gang may need them plus new nodes), nodes still booting, and nodes planned in this pass.
         let mut virt: Vec<Vec<(u32, String)>> = (0..pools)
-            .map(|p| self.c.pools[p].requested.iter().map(|n| &self.c.nodes[n.0 as usize]).map(|n| (n.gpus, n.gpu_model.clone())).collect())
+            .map(|p| {
+                let ready = self.c.free[p].iter().rev().take(VIRTUAL_READY_NODES).map(|&(f, n)| (f, n));
+                let booting = self.c.pools[p].requested.iter().map(|&n| (self.c.nodes[n.0 as usize].gpus, n));
+                ready.chain(booting).map(|(f, n)| (f, self.c.nodes[n.0 as usize].gpu_model.clone())).collect()
+            })
             .collect();
         let mut headroom: Vec<u32> = (0..pools).map(|p| self.pool_headroom(p)).collect();
         // Planned launches per pool: instance type -> nodes; and the demand behind them.

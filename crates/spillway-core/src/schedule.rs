@@ -178,13 +178,14 @@ impl Engine {
         let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
         let mut reserved: Vec<(usize, u32, NodeId)> = Vec::new();
         let (mut reservations, mut preempting, mut scanned) = (0usize, 0usize, 0usize);
-        let mut strict_block = false;
+        let (mut strict_block, mut limit_hit) = (false, false);
         {
             let Engine { queue, c, cfg, pool_order, .. } = self;
             let cfg: &Config = cfg;
             for id in queue.cursor(shares, weights) {
                 scanned += 1;
                 if scanned > cfg.policy.scan_limit || blocked.len() >= blocked_cap {
+                    limit_hit = true;
                     break;
                 }
                 let job = &c.jobs[id.0 as usize];
@@ -249,6 +250,13 @@ impl Engine {
                     c.free[pool].insert((node.free(), n));
                 }
             }
+        }
+        if limit_hit {
+            self.c.counters.scan_limit_hits += 1;
+            let (queued, limit) = (self.queue.len(), self.cfg.policy.scan_limit);
+            self.record(DecisionKind::JobPending, || "queue".into(), PendingReason::QueueScanLimit.code(), || {
+                format!("pass stopped after {} jobs ({} blocked; scan limit {limit}); {queued} queued", scanned - 1, blocked.len())
+            });
         }
         for (victim, by) in preempted {
             self.c.counters.preemptions += 1;

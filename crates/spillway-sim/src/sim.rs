@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, BinaryHeap};
 /// How much checking to do after each step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Check {
-    /// Cheap checks of what the step touched (the default).
+    /// Cheap checks every step (pool bounds, overcommit of the nodes a start touches, tiers of every
+    /// preemption) and the engine's full check every 65,536 steps and at the end (the default).
     Step,
     /// The engine's full invariant check after every step (tests and property tests).
     Full,
@@ -177,11 +178,10 @@ impl<'a> Sim<'a> {
             }
             self.events += 1;
             let _ = woke;
-            if self.opts.check == Check::Full {
-                self.drain_actions()?;
-                self.engine.check_invariants().map_err(|m| self.broken(m))?;
-            }
+            self.drain_actions()?;
+            self.check_step()?;
         }
+        self.engine.check_invariants().map_err(|m| self.broken(m))?;
         self.engine.finish(self.now);
         self.sample();
         let makespan_ms = self.last_end - self.t0;
@@ -194,6 +194,21 @@ impl<'a> Sim<'a> {
             submitted: self.jobs.len(),
             lost_gpu_ms: self.lost_gpu_ms,
         })
+    }
+
+    /// Checks the invariants after a step: pool bounds every step (cheap), the engine's full check every step in
+    /// `Check::Full` and every 65,536 steps otherwise, so long runs stay linear.
+    fn check_step(&self) -> Result<(), SimError> {
+        let c = self.engine.cluster();
+        for (p, pool) in self.cfg.pools.iter().enumerate() {
+            if pool.market != Market::Fixed && c.pools[p].alive > pool.max_nodes {
+                return Err(self.broken(format!("pool {} has {} nodes, max {}", pool.name, c.pools[p].alive, pool.max_nodes)));
+            }
+        }
+        if self.opts.check == Check::Full || self.events % 65_536 == 0 {
+            self.engine.check_invariants().map_err(|m| self.broken(m))?;
+        }
+        Ok(())
     }
 
     fn broken(&self, message: String) -> SimError {
