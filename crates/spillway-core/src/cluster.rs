@@ -41,6 +41,14 @@ pub struct Counters {
     pub requeues: u64,
     /// Passes that stopped at the queue scan limit or the blocked-job cap.
     pub scan_limit_hits: u64,
+    /// Interruption notices received.
+    pub interruptions: u64,
+    /// Jobs stopped, checkpointed and requeued because of a notice.
+    pub notices_acted_on: u64,
+    /// Moves away from an offering or market: backoffs, jobs moved to on-demand.
+    pub fallbacks: u64,
+    /// Deadline jobs moved from spot to on-demand while running.
+    pub migrations: u64,
     /// GPU-milliseconds of work lost by stopped attempts (time since their last checkpoint).
     pub lost_gpu_ms: i128,
 }
@@ -59,6 +67,10 @@ pub struct Cluster {
     pub counters: Counters,
     /// Per (pool, instance type): launches held off until this time after failures, and the failure streak.
     pub backoff: BTreeMap<(usize, usize), (Time, u32)>,
+    /// Per (pool, instance type): times of recent interruption notices (the last hour).
+    pub interrupted: BTreeMap<(usize, usize), Vec<Time>>,
+    /// Per (pool, instance type): (interruptions, node-milliseconds run) over the whole run, for risk estimates.
+    pub offering_history: BTreeMap<(usize, usize), (u64, i64)>,
 }
 
 impl Cluster {
@@ -74,6 +86,8 @@ impl Cluster {
             ledger: Ledger::new(cfg.pools.len(), cfg.tiers.len()),
             counters: Counters::default(),
             backoff: BTreeMap::new(),
+            interrupted: BTreeMap::new(),
+            offering_history: BTreeMap::new(),
         };
         for t in &cfg.teams {
             c.team(&t.name, t.quota_gpus, t.weight);
@@ -173,6 +187,25 @@ impl Cluster {
             self.pools[pool].requested.remove(&id);
         }
         self.ledger.book_node(pool, market, price, gpus, billed);
+        if let Some(it) = self.nodes[id.0 as usize].instance_type {
+            self.offering_history.entry((pool, it)).or_default().1 += billed;
+        }
+    }
+
+    /// Marks a ready node draining: it keeps its running jobs (until they stop) but takes no new work and is
+    /// no candidate for scale-in or preemption.
+    pub fn drain(&mut self, id: NodeId) {
+        let n = &mut self.nodes[id.0 as usize];
+        if n.state != NodeState::Ready {
+            return;
+        }
+        n.state = NodeState::Draining;
+        let (pool, free) = (n.pool, n.free());
+        if let Some(since) = n.idle_since.take() {
+            self.pools[pool].idle.remove(&(since, id));
+        }
+        self.free[pool].remove(&(free, id));
+        self.pools[pool].ready.remove(&id);
     }
 
     /// Binds `gpus` GPUs of `node` to `job`.

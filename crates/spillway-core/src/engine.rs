@@ -152,6 +152,10 @@ impl Engine {
             last_checkpoint: None,
             pending: PendingReason::NotScheduledYet,
             preemptions: 0,
+            interruptions: 0,
+            saved_work_ms: 0,
+            not_before: None,
+            pinned_on_demand: false,
         });
         self.queue.register(id, need);
         self.queue.push(tier, team, now, id);
@@ -165,9 +169,14 @@ impl Engine {
         self.advance(now);
         match event {
             Event::NodeReady { node } => {
-                self.node(node)?;
+                let n = self.node(node)?;
+                if let Some(it) = n.instance_type {
+                    // A launch that worked ends the offering's failure streak.
+                    self.c.backoff.remove(&(n.pool, it));
+                }
                 self.c.node_ready(node, now);
             }
+            Event::InterruptionNotice { node, deadline } => self.interruption_notice(node, deadline)?,
             Event::LaunchFailed { node, error } => self.launch_failed(node, error)?,
             Event::NodeLost { node } => self.node_lost(node)?,
             Event::JobExited { job, attempt, success } => {
@@ -285,32 +294,114 @@ impl Engine {
         self.actions.push_back(Action::StartJob { job: id, attempt, placement });
     }
 
-    /// Stops a running job's attempt, counts the work it loses, and puts it back in the queue.
+    /// Stops a running job's attempt, counts the work it loses, and puts it back in the queue. An attempt
+    /// stopped to checkpoint (interruption notice, migration) saves all its work but may not restart before
+    /// its checkpoint is written.
     pub(crate) fn requeue(&mut self, id: JobId, reason: StopReason) {
         let now = self.now;
         let j = &self.c.jobs[id.0 as usize];
         if j.state != JobState::Running {
             return;
         }
-        let lost_ms = j.unsaved_work_ms(now);
+        let elapsed = j.attempt_start.map_or(0, |s| (now - s).max(0));
+        let ck_ms = crate::time::secs(self.cfg.tiers[j.tier].checkpoint_time_s);
+        let (lost_ms, grace_ms) = match reason {
+            StopReason::Interrupted { checkpoint: true } | StopReason::Migrated => (0, ck_ms),
+            _ => (j.unsaved_work_ms(now), 0),
+        };
         self.c.counters.lost_gpu_ms += lost_ms as i128 * j.total_gpus() as i128;
         self.c.counters.requeues += 1;
         let attempt = j.attempt;
         self.c.release(id, now);
         let j = &mut self.c.jobs[id.0 as usize];
+        j.saved_work_ms += elapsed - lost_ms;
         j.state = JobState::Queued;
         j.queued_since = now;
         j.attempt_start = None;
+        j.not_before = (grace_ms > 0).then_some(now + grace_ms);
         j.pending = PendingReason::NotScheduledYet;
         let (tier, team, key) = (j.tier, j.team, j.submitted);
         if let StopReason::Preempted { .. } = reason {
             j.preemptions += 1;
         }
         self.queue.push(tier, team, key, id);
-        self.actions.push_back(Action::StopJob { job: id, attempt, reason });
+        self.actions.push_back(Action::StopJob { job: id, attempt, reason, grace_ms });
         self.record(DecisionKind::JobRequeued, || job_subject(id), "requeued", || {
             format!("attempt {attempt} stopped ({reason:?}); {} s of work since its last checkpoint lost", lost_ms / 1000)
         });
+    }
+
+    /// Acts on a spot interruption notice: the node drains (no new work), its jobs checkpoint if the notice
+    /// leaves them time and go back to the queue at once, so the next pass buys replacement capacity now,
+    /// not when the node is gone. A notice for a node still booting ends it.
+    fn interruption_notice(&mut self, node: NodeId, deadline: Time) -> Result<(), EventError> {
+        let n = self.node(node)?;
+        if !n.alive() || n.state == NodeState::Draining {
+            return Ok(());
+        }
+        let (pool, it, state) = (n.pool, n.instance_type, n.state);
+        self.c.counters.interruptions += 1;
+        if let Some(it) = it {
+            self.note_interruption(pool, it);
+        }
+        let notice_ms = (deadline - self.now).max(0);
+        let name = self.cfg.pools[pool].name.clone();
+        self.record(DecisionKind::Interruption, || format!("node:{}", node.0), "interruption_notice", || {
+            format!("pool {name}: reclaim in {} s; draining", notice_ms / 1000)
+        });
+        if state == NodeState::Requested {
+            self.c.node_end(node, NodeState::Lost, self.now);
+            return Ok(());
+        }
+        self.c.drain(node);
+        let jobs = self.c.nodes[node.0 as usize].jobs.clone();
+        for job in jobs {
+            let j = &mut self.c.jobs[job.0 as usize];
+            j.interruptions += 1;
+            let t = &self.cfg.tiers[j.tier];
+            let checkpoint = j.checkpoint_interval_ms.is_some() && crate::time::secs(t.checkpoint_time_s) <= notice_ms;
+            // A job with a deadline and a duration leaves spot by its slack (the scheduler), not by a count.
+            let deadline_governs = j.spec.deadline.is_some() && j.spec.expected_duration_ms.is_some();
+            let too_many = t.max_spot_interruptions.is_some_and(|m| j.interruptions >= m);
+            if too_many && !deadline_governs && t.markets.contains(&crate::Market::OnDemand) {
+                j.interruptible = false;
+                j.pinned_on_demand = true;
+                self.c.counters.fallbacks += 1;
+                let n = j.interruptions;
+                self.record(DecisionKind::Fallback, || job_subject(job), "too_many_interruptions", || {
+                    format!("interrupted {n} times: moves to on-demand")
+                });
+            }
+            self.c.counters.notices_acted_on += 1;
+            self.requeue(job, StopReason::Interrupted { checkpoint });
+        }
+        Ok(())
+    }
+
+    /// Counts an interruption against an offering; too many within an hour back it off like a capacity failure.
+    fn note_interruption(&mut self, pool: usize, it: usize) {
+        let now = self.now;
+        let h = self.c.offering_history.entry((pool, it)).or_default();
+        h.0 += 1;
+        let recent = self.c.interrupted.entry((pool, it)).or_default();
+        recent.retain(|&t| now - t < 3_600_000);
+        recent.push(now);
+        if recent.len() as u32 >= self.cfg.policy.interruption_backoff_after {
+            let delay = self.back_off(pool, it);
+            self.c.counters.fallbacks += 1;
+            let (p, i) = (self.cfg.pools[pool].name.clone(), self.cfg.instance_types[it].name.clone());
+            self.record(DecisionKind::Fallback, || format!("pool:{p}"), "interruption_rate", || {
+                format!("{i} interrupted repeatedly within the hour; offering backed off {} s", delay / 1000)
+            });
+        }
+    }
+
+    /// Backs off one offering: 30 s doubling per consecutive failure, at most 10 minutes. Returns the delay.
+    fn back_off(&mut self, pool: usize, it: usize) -> i64 {
+        let streak = self.c.backoff.get(&(pool, it)).map_or(0, |&(_, s)| s) + 1;
+        let delay = (30_000i64 << (streak - 1).min(5)).min(600_000);
+        self.c.backoff.insert((pool, it), (self.now + delay, streak));
+        delay
     }
 
     fn cancel(&mut self, id: JobId) -> Result<(), EventError> {
@@ -322,7 +413,7 @@ impl Engine {
             }
             JobState::Running => {
                 self.c.release(id, self.now);
-                self.actions.push_back(Action::StopJob { job: id, attempt, reason: StopReason::Cancelled });
+                self.actions.push_back(Action::StopJob { job: id, attempt, reason: StopReason::Cancelled, grace_ms: 0 });
             }
             _ => return Ok(()),
         }
@@ -340,10 +431,8 @@ impl Engine {
         let (pool, it) = (n.pool, n.instance_type.unwrap_or(0));
         self.c.node_end(node, NodeState::Failed, self.now);
         self.c.counters.launch_failures += 1;
-        // Back off this offering only: 30 s doubling per consecutive failure, at most 10 minutes.
-        let streak = self.c.backoff.get(&(pool, it)).map_or(0, |&(_, s)| s) + 1;
-        let delay = (30_000i64 << (streak - 1).min(5)).min(600_000);
-        self.c.backoff.insert((pool, it), (self.now + delay, streak));
+        // Back off this offering only; the next launch tries the pool's other types or other pools.
+        let delay = self.back_off(pool, it);
         let (pool_name, it_name) = (self.cfg.pools[pool].name.clone(), self.cfg.instance_types[it].name.clone());
         self.record(DecisionKind::LaunchFailed, || format!("node:{}", node.0), "launch_failed", || {
             format!("launch of {it_name} in pool {pool_name} failed ({error:?}); offering backed off {} s", delay / 1000)

@@ -23,6 +23,8 @@ pub enum Event {
     NodeReady { node: NodeId },
     /// A requested node could not be launched.
     LaunchFailed { node: NodeId, error: LaunchError },
+    /// The cloud will reclaim a (spot) node at `deadline`; its jobs should checkpoint and move.
+    InterruptionNotice { node: NodeId, deadline: Time },
     /// A node vanished without notice (heartbeat gone); its jobs must be requeued.
     NodeLost { node: NodeId },
     /// A job's attempt exited on its own; `success` is its exit status.
@@ -45,6 +47,10 @@ pub enum StopReason {
     Cancelled,
     /// Its node was lost; it is requeued.
     NodeLost,
+    /// Its spot node got an interruption notice; `checkpoint` says whether it can checkpoint within the notice.
+    Interrupted { checkpoint: bool },
+    /// Moved off spot to on-demand after a checkpoint, because its deadline no longer leaves room for spot.
+    Migrated,
 }
 
 /// An effect the shell must carry out, read with [`crate::Engine::poll_action`].
@@ -57,7 +63,8 @@ pub enum Action {
     /// Start attempt `attempt` of a job, one worker per placement entry (node, GPUs).
     StartJob { job: JobId, attempt: u32, placement: Vec<(NodeId, u32)> },
     /// Stop a running attempt (signal, grace, kill); the engine has already requeued or ended the job.
-    StopJob { job: JobId, attempt: u32, reason: StopReason },
+    /// `grace_ms` is how long the job may take to checkpoint before it is killed.
+    StopJob { job: JobId, attempt: u32, reason: StopReason, grace_ms: i64 },
     /// A decision to record (event log, API, metrics).
     Record(Decision),
 }
@@ -76,6 +83,8 @@ pub enum DecisionKind {
     ScaleIn,
     LaunchFailed,
     NodeKept,
+    Interruption,
+    Fallback,
 }
 
 /// One decision with its time and machine-readable reason, e.g. `scale_out` of pool `spot` because

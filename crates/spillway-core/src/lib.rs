@@ -2,6 +2,7 @@
 //! the sans-I/O [`Engine`]. It reads no clock and no global RNG and does no I/O: time comes in as a value, and
 //! decisions come out as [`Action`]s for a shell (the simulator or the daemon) to carry out.
 
+pub mod autoscale;
 pub mod cluster;
 pub mod config;
 pub mod engine;

@@ -27,6 +27,8 @@ pub struct JobSpec {
     /// `None`: the tier's default.
     pub checkpoint_interval_ms: Option<Millis>,
     pub deadline: Option<Time>,
+    /// How long the job runs without interruption, when the user knows (needed for deadline-aware placement).
+    pub expected_duration_ms: Option<Millis>,
 }
 
 /// Where a job is in its life.
@@ -66,12 +68,26 @@ pub struct Job {
     pub last_checkpoint: Option<Time>,
     pub pending: PendingReason,
     pub preemptions: u32,
+    /// Spot interruptions (notices) the job has gone through.
+    pub interruptions: u32,
+    /// Work saved by checkpoints over all attempts so far.
+    pub saved_work_ms: Millis,
+    /// A stopped attempt is still writing its checkpoint: do not start the next one before this time.
+    pub not_before: Option<Time>,
+    /// Moved to on-demand (too many interruptions, or its deadline no longer leaves room for spot).
+    pub pinned_on_demand: bool,
 }
 
 impl Job {
     /// Returns the GPUs the whole gang needs.
     pub fn total_gpus(&self) -> u32 {
         self.spec.gpus_per_worker * self.spec.workers
+    }
+
+    /// Returns the work still to do, when the job declared its duration.
+    pub fn remaining_work_ms(&self, now: Time) -> Option<Millis> {
+        let running = self.attempt_start.map_or(0, |s| (now - s).max(0));
+        self.spec.expected_duration_ms.map(|d| (d - self.saved_work_ms - running).max(0))
     }
 
     /// Returns the work the current attempt would lose if stopped at `now`: time since its last checkpoint
@@ -108,6 +124,8 @@ pub enum PendingReason {
     NoCapacity,
     /// The nodes it could use are held back for a waiting job of the same or higher tier.
     HeldForLargerJob,
+    /// Its last attempt is writing a checkpoint after an interruption notice; replacement capacity is coming.
+    Checkpointing,
 }
 
 impl PendingReason {
@@ -121,6 +139,7 @@ impl PendingReason {
             PendingReason::WaitingForNodes => "waiting_for_nodes",
             PendingReason::NoCapacity => "no_capacity",
             PendingReason::HeldForLargerJob => "held_for_larger_job",
+            PendingReason::Checkpointing => "checkpointing",
         }
     }
 }

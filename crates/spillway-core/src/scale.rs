@@ -5,8 +5,8 @@
 use crate::config::{Config, Market};
 use crate::engine::{Engine, WakeAt};
 use crate::event::{Action, DecisionKind};
-use crate::model::{JobId, NodeState, PendingReason};
-use crate::schedule::{job_pools, model_fits};
+use crate::model::{Job, JobId, NodeState, PendingReason};
+use crate::schedule::{Access, job_pools, model_fits};
 use crate::time::{Time, secs};
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -114,9 +114,13 @@ impl Engine {
         step.min(p.max_nodes - st.alive)
     }
 
-    /// Returns the cheapest instance type of `pool` that holds workers of `gpus` GPUs of `model` and is not backed
-    /// off, with the nodes `workers` workers need: minimum (nodes x price), ties to the earlier type.
-    fn pick_instance_type(&self, pool: usize, gpus: u32, workers: u32, model: Option<&str>, wake: &mut WakeAt) -> Option<(usize, u32)> {
+    /// Returns the cheapest instance type of `pool` that holds workers of `gpus` GPUs of `model`, is not backed
+    /// off and (in spot pools) is under its share cap, with the nodes `workers` workers need. Cost is nodes x
+    /// price, and on spot the price per useful hour: price / (1 - expected lost fraction), from the offering's
+    /// observed interruption rate and the job's checkpoint interval. Ties go to the earlier type.
+    fn pick_instance_type(&self, pool: usize, job: Option<&Job>, wake: &mut WakeAt) -> Option<(usize, u32)> {
+        let (gpus, workers) = job.map_or((1, 1), |j| (j.spec.gpus_per_worker, j.spec.workers));
+        let model = job.and_then(|j| j.spec.gpu_model.as_deref());
         let p = &self.cfg.pools[pool];
         let mut best: Option<(f64, usize, u32)> = None;
         for name in &p.instance_types {
@@ -131,14 +135,40 @@ impl Engine {
                     continue;
                 }
             }
+            if p.market == Market::Spot && !self.under_offering_cap(pool, i) {
+                continue;
+            }
             let Some(price) = it.price_usd_per_hour(p.market) else { continue };
             let nodes = workers.div_ceil(it.gpus / gpus);
-            let cost = price * nodes as f64;
+            let useful = if p.market == Market::Spot { 1.0 - self.expected_loss(pool, i, job) } else { 1.0 };
+            let cost = price * nodes as f64 / useful;
             if best.is_none_or(|(c, _, _)| cost < c) {
                 best = Some((cost, i, nodes));
             }
         }
         best.map(|(_, i, n)| (i, n))
+    }
+
+    /// Returns the fraction of a spot node's time a job would expect to redo: the offering's interruption rate
+    /// (observed, with a weak prior of one per 50 node-hours) times the work each interruption costs (half a
+    /// checkpoint interval, or a whole hour without checkpoints, plus a boot), at most 0.9.
+    fn expected_loss(&self, pool: usize, it: usize, job: Option<&Job>) -> f64 {
+        let (k, ms) = self.c.offering_history.get(&(pool, it)).copied().unwrap_or((0, 0));
+        let rate = (k as f64 + 0.2) / (ms as f64 / 3_600_000.0 + 10.0);
+        let per_hit_h = job.and_then(|j| j.checkpoint_interval_ms).map_or(1.0, |c| c as f64 / 7_200_000.0)
+            + self.cfg.pools[pool].boot_latency_s / 3600.0;
+        (rate * per_hit_h).min(0.9)
+    }
+
+    /// Returns whether one more node of instance type `it` keeps it within the policy's share of the pool.
+    fn under_offering_cap(&self, pool: usize, it: usize) -> bool {
+        let share = self.cfg.policy.max_offering_share;
+        if share >= 1.0 {
+            return true;
+        }
+        let st = &self.c.pools[pool];
+        let mine = st.ready.iter().chain(st.requested.iter()).filter(|n| self.c.nodes[n.0 as usize].instance_type == Some(it)).count() as f64;
+        mine + 1.0 <= (share * (st.alive as f64 + 1.0)).floor().max(1.0)
     }
 
     /// Buys cloud nodes for blocked jobs that booting nodes will not hold, and for pools below their min.
@@ -159,19 +189,31 @@ impl Engine {
         let mut plan: BTreeMap<usize, BTreeMap<usize, u32>> = BTreeMap::new();
         let mut demand: BTreeMap<usize, (u32, i64, u32)> = BTreeMap::new();
         let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
+        let share = self.cfg.policy.spot_share;
+        let (mut spot_gpus, mut od_gpus) = if share.is_some() { self.interruptible_cloud_gpus() } else { (0.0, 0.0) };
+        let mut fallbacks: Vec<JobId> = Vec::new();
         for &id in blocked {
             let job = &self.c.jobs[id.0 as usize];
             let (g, w, model) = (job.spec.gpus_per_worker, job.spec.workers, job.spec.gpu_model.as_deref());
             let waited = now - job.queued_since;
             let tier = &self.cfg.tiers[job.tier];
             let has_spot = job.interruptible && tier.markets.contains(&Market::Spot);
-            let fallback_at = job.queued_since + secs(tier.spot_fallback_after_s.min(1e12));
-            let cands: Vec<usize> = job_pools(&self.cfg, &self.pool_order[job.tier], job.interruptible)
-                .filter(|&p| self.cfg.pools[p].market != Market::Fixed)
-                .filter(|&p| !(has_spot && self.cfg.pools[p].market == Market::OnDemand && now < fallback_at))
-                .collect();
-            if has_spot && now < fallback_at && tier.markets.contains(&Market::OnDemand) {
-                wake.at(fallback_at);
+            // A job with a deadline leaves spot when its slack says so (the scheduler pins it), not after a wait.
+            let deadline_governs = job.spec.deadline.is_some() && job.spec.expected_duration_ms.is_some();
+            let fallback_s = if deadline_governs { 1e12 } else { tier.spot_fallback_after_s.min(1e12) };
+            let fallback_at = job.queued_since + secs(fallback_s);
+            let mut cands: Vec<usize> =
+                job_pools(&self.cfg, &self.pool_order[job.tier], Access::of(job)).filter(|&p| self.cfg.pools[p].market != Market::Fixed).collect();
+            let is_spot = |p: &usize| self.cfg.pools[*p].market == Market::Spot;
+            if has_spot && cands.iter().any(|p| !is_spot(p)) {
+                let spot_open = cands.iter().any(|&p| is_spot(&p) && headroom[p] > 0 && self.pick_instance_type(p, Some(job), &mut WakeAt::default()).is_some());
+                if share.is_some_and(|target| spot_gpus >= target * (spot_gpus + od_gpus)) {
+                    // The spot share of interruptible capacity is at its target: this one goes on-demand first.
+                    cands.sort_by_key(|p| is_spot(p));
+                } else if spot_open && now < fallback_at {
+                    cands.retain(|p| is_spot(p));
+                    wake.at(fallback_at);
+                }
             }
             let fits_virtual = |v: &mut Vec<(u32, String)>| -> bool {
                 let mut left = w;
@@ -203,13 +245,20 @@ impl Engine {
                 if headroom[p] == 0 {
                     continue;
                 }
-                let Some((it, nodes)) = self.pick_instance_type(p, g, w, model, wake) else { continue };
+                let Some((it, nodes)) = self.pick_instance_type(p, Some(job), wake) else { continue };
                 let n = nodes.min(headroom[p]);
                 headroom[p] -= n;
                 *plan.entry(p).or_default().entry(it).or_default() += n;
                 let d = demand.entry(p).or_default();
                 *d = (d.0 + g * w, d.1.max(waited), d.2.max(1 << job.tier));
                 let itx = &self.cfg.instance_types[it];
+                let added = (n * itx.gpus) as f64;
+                if self.cfg.pools[p].market == Market::Spot {
+                    spot_gpus += added;
+                } else if job.interruptible {
+                    od_gpus += added;
+                    fallbacks.push(id);
+                }
                 virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.clone())));
                 let _ = fits_virtual(&mut virt[p]);
                 reason = PendingReason::WaitingForNodes;
@@ -230,6 +279,12 @@ impl Engine {
         for (id, reason) in reasons {
             self.set_pending(id, reason);
         }
+        for id in fallbacks {
+            self.c.counters.fallbacks += 1;
+            self.record(DecisionKind::Fallback, || crate::event::job_subject(id), "spot_unavailable_or_share", || {
+                "interruptible job gets on-demand capacity: spot is backed off, full, slow to come or at its share target".into()
+            });
+        }
         for p in 0..pools {
             if self.cfg.pools[p].market == Market::Fixed {
                 continue;
@@ -237,7 +292,7 @@ impl Engine {
             let min = self.effective_min(p, wake);
             let have = self.c.pools[p].alive + plan.get(&p).map_or(0, |m| m.values().sum());
             if have < min {
-                if let Some((it, _)) = self.pick_instance_type(p, 1, 1, None, wake) {
+                if let Some((it, _)) = self.pick_instance_type(p, None, wake) {
                     *plan.entry(p).or_default().entry(it).or_default() += min - have;
                 }
             }
@@ -271,6 +326,25 @@ impl Engine {
             None => ("below_min", format!("launch {}: pool below its (scheduled) min", what.join(", "))),
         };
         self.record(DecisionKind::ScaleOut, || format!("pool:{name}"), reason, || detail);
+    }
+
+    /// Returns (GPUs of live spot nodes, GPUs of interruptible jobs on on-demand nodes), for the spot share.
+    fn interruptible_cloud_gpus(&self) -> (f64, f64) {
+        let (mut spot, mut od) = (0.0, 0.0);
+        for (p, pool) in self.cfg.pools.iter().enumerate() {
+            let st = &self.c.pools[p];
+            let nodes = st.ready.iter().chain(st.requested.iter()).map(|n| &self.c.nodes[n.0 as usize]);
+            match pool.market {
+                Market::Spot => spot += nodes.map(|n| n.gpus as f64).sum::<f64>(),
+                Market::OnDemand => {
+                    for n in nodes {
+                        od += n.jobs.iter().map(|j| &self.c.jobs[j.0 as usize]).filter(|j| j.interruptible).map(|j| j.spec.gpus_per_worker as f64).sum::<f64>();
+                    }
+                }
+                Market::Fixed => {}
+            }
+        }
+        (spot, od)
     }
 
     /// Removes nodes idle past their pool's timeout, down to the effective min, outside the scale-in cooldown.

@@ -4,7 +4,7 @@
 //! when a job would otherwise miss its queue-wait SLO.
 
 use crate::cluster::Cluster;
-use crate::config::{ANY_MODEL, Config, Market};
+use crate::config::{ANY_MODEL, Config, DeadlinePolicy, Market};
 use crate::engine::{Engine, WakeAt};
 use crate::event::{DecisionKind, StopReason, job_subject};
 use crate::model::{Job, JobId, JobState, NodeId, NodeState, PendingReason};
@@ -22,7 +22,7 @@ pub(crate) struct Need {
     pub g: u32,
     pub w: u32,
     pub model: Option<String>,
-    pub interruptible: bool,
+    pub access: Access,
     pub tier: usize,
 }
 
@@ -32,7 +32,7 @@ impl Need {
             g: job.spec.gpus_per_worker,
             w: job.spec.workers,
             model: job.spec.gpu_model.clone(),
-            interruptible: job.interruptible,
+            access: Access::of(job),
             tier: job.tier,
         }
     }
@@ -44,15 +44,35 @@ pub(crate) fn model_fits(want: Option<&str>, model: &str) -> bool {
 }
 
 /// Returns the pools `job` may run on, in placement order.
-pub(crate) fn job_pools<'a>(cfg: &'a Config, order: &'a [usize], interruptible: bool) -> impl Iterator<Item = usize> + 'a {
-    order.iter().copied().filter(move |&p| cfg.pools[p].market != Market::Spot || interruptible)
+pub(crate) fn job_pools<'a>(cfg: &'a Config, order: &'a [usize], access: Access) -> impl Iterator<Item = usize> + 'a {
+    order.iter().copied().filter(move |&p| match cfg.pools[p].market {
+        Market::Spot => access.spot,
+        Market::OnDemand => access.on_demand,
+        Market::Fixed => true,
+    })
+}
+
+/// Which cloud markets a job may use now (within its tier's markets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Access {
+    pub spot: bool,
+    pub on_demand: bool,
+}
+
+impl Access {
+    /// Returns a job's access: spot only when interruptible; an interruptible job with a deadline and a duration
+    /// waits for spot (or fixed) until its slack pins it to on-demand.
+    pub(crate) fn of(job: &Job) -> Access {
+        let deadline_governs = job.spec.deadline.is_some() && job.spec.expected_duration_ms.is_some();
+        Access { spot: job.interruptible, on_demand: !(job.interruptible && deadline_governs) }
+    }
 }
 
 /// Finds nodes for every worker of `job` inside one pool (best fit per worker), or `None`. Leaves `c` as it was.
 fn find_placement(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Option<Vec<(NodeId, u32)>> {
     let (g, w) = (job.g, job.w);
     let want = job.model.as_deref();
-    for pool in job_pools(cfg, order, job.interruptible) {
+    for pool in job_pools(cfg, order, job.access) {
         // (free GPUs before, node) per worker taken; the index is edited as we go so the next worker sees it.
         let mut taken: Vec<(u32, NodeId)> = Vec::with_capacity(w as usize);
         for _ in 0..w {
@@ -86,7 +106,7 @@ fn find_placement(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) ->
 fn reserve(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Vec<(usize, u32, NodeId)> {
     let (g, w) = (job.g, job.w);
     let want = job.model.as_deref();
-    for pool in job_pools(cfg, order, job.interruptible) {
+    for pool in job_pools(cfg, order, job.access) {
         let picks: Vec<(u32, NodeId)> = c.free[pool]
             .iter()
             .rev()
@@ -116,7 +136,7 @@ fn find_victims(c: &Cluster, cfg: &Config, order: &[usize], job: &Need, now: Tim
     let (g, w) = (job.g, job.w as usize);
     let want = job.model.as_deref();
     let prio = cfg.tiers[job.tier].priority;
-    for pool in job_pools(cfg, order, job.interruptible) {
+    for pool in job_pools(cfg, order, job.access) {
         // (lost GPU-ms, node, victims) per candidate node.
         let mut options: Vec<(i128, NodeId, Vec<JobId>)> = Vec::new();
         let nodes = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]).filter(|n| n.gpus >= g);
@@ -179,6 +199,7 @@ impl Engine {
         let mut reserved: Vec<(usize, u32, NodeId)> = Vec::new();
         let (mut reservations, mut preempting, mut scanned) = (0usize, 0usize, 0usize);
         let (mut strict_block, mut limit_hit) = (false, false);
+        let mut pinned: Vec<JobId> = Vec::new();
         {
             let Engine { queue, c, cfg, pool_order, .. } = self;
             let cfg: &Config = cfg;
@@ -194,6 +215,28 @@ impl Engine {
                     reasons.push((id, PendingReason::TeamQuota));
                     continue;
                 }
+                if let Some(at) = job.not_before.filter(|&t| t > now) {
+                    // Its last attempt is still checkpointing: not placeable yet, but replacement capacity is
+                    // bought now (it goes to the autoscaler as blocked).
+                    wake.at(at);
+                    reasons.push((id, PendingReason::Checkpointing));
+                    blocked.push(id);
+                    continue;
+                }
+                if job.interruptible {
+                    if let Some(at) = deadline_pin_at(cfg, &pool_order[job.tier], job, now) {
+                        if at <= now {
+                            let j = &mut c.jobs[id.0 as usize];
+                            j.interruptible = false;
+                            j.pinned_on_demand = true;
+                            c.counters.fallbacks += 1;
+                            pinned.push(id);
+                        } else {
+                            wake.at(at);
+                        }
+                    }
+                }
+                let job = &c.jobs[id.0 as usize];
                 let order = &pool_order[job.tier];
                 let need = Need::of(job);
                 if !strict_block {
@@ -258,6 +301,11 @@ impl Engine {
                 format!("pass stopped after {} jobs ({} blocked; scan limit {limit}); {queued} queued", scanned - 1, blocked.len())
             });
         }
+        for id in pinned {
+            self.record(DecisionKind::Fallback, || job_subject(id), "deadline", || {
+                "remaining slack no longer covers a spot interruption plus an on-demand restart: on-demand from now".into()
+            });
+        }
         for (victim, by) in preempted {
             self.c.counters.preemptions += 1;
             let (vt, bt) = (self.c.jobs[victim.0 as usize].tier, self.c.jobs[by.0 as usize].tier);
@@ -293,6 +341,27 @@ impl Engine {
     }
 }
 
+/// Returns when a deadline job must leave spot for on-demand: its deadline minus its remaining work minus the
+/// slack it must keep (an on-demand boot plus, with the safe policy, a checkpoint, the work one interruption can
+/// lose and a margin). `None` when the job has no deadline or duration, or its tier has no on-demand pool.
+fn deadline_pin_at(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Option<Time> {
+    let deadline = job.spec.deadline?;
+    let remaining = job.remaining_work_ms(now)?;
+    let od_boot = order.iter().filter(|&&p| cfg.pools[p].market == Market::OnDemand).map(|&p| secs(cfg.pools[p].boot_latency_s)).min()?;
+    let tier = &cfg.tiers[job.tier];
+    let keep = match cfg.policy.deadline_policy {
+        DeadlinePolicy::Greedy => od_boot,
+        DeadlinePolicy::Safe => {
+            let ck = secs(tier.checkpoint_time_s);
+            let notice = order.iter().filter(|&&p| cfg.pools[p].market == Market::Spot).map(|&p| secs(cfg.pools[p].interruption_notice_s)).min().unwrap_or(0);
+            // With time to checkpoint inside the notice an interruption loses nothing; otherwise up to an interval.
+            let loss = if ck <= notice { 0 } else { job.checkpoint_interval_ms.unwrap_or(remaining) };
+            od_boot + ck + loss + secs(cfg.policy.deadline_margin_s)
+        }
+    };
+    Some(deadline - remaining - keep)
+}
+
 /// Returns when `job` may start preempting (its SLO minus the time new capacity would take), or `None` when its
 /// tier has nothing to preempt.
 fn preemption_due(cfg: &Config, c: &Cluster, order: &[usize], job: &Job, now: Time) -> Option<Time> {
@@ -302,7 +371,7 @@ fn preemption_due(cfg: &Config, c: &Cluster, order: &[usize], job: &Job, now: Ti
     }
     let slo = secs(cfg.tiers[job.tier].queue_wait_slo_s);
     // The soonest a new node could hold it: the boot latency of an allowed cloud pool with room to grow.
-    let boot = job_pools(cfg, order, job.interruptible)
+    let boot = job_pools(cfg, order, Access::of(job))
         .filter(|&p| cfg.pools[p].market != Market::Fixed && c.pools[p].alive < cfg.pools[p].max_nodes)
         .map(|p| secs(cfg.pools[p].boot_latency_s))
         .min();

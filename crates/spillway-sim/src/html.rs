@@ -506,6 +506,7 @@ mod tests {
                 cost_by_market: MarketCost { fixed: 60_000.0, on_demand: 15_000.0, spot: 5_000.0 },
                 peak_gpus: 512,
             },
+            spot: Default::default(),
         }
     }
 

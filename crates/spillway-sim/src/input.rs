@@ -46,5 +46,6 @@ fn spec_of(j: &TraceJob) -> JobSpec {
         interruptible: j.interruptible,
         checkpoint_interval_ms: j.checkpoint_interval_s.map(secs),
         deadline: j.deadline_s.map(secs),
+        expected_duration_ms: Some(secs(j.duration_s).max(1)),
     }
 }

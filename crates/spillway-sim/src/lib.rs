@@ -7,10 +7,12 @@
 //!                                  policies (rewritten configs, bound) ─┘            run ─> Report, CSV, JSONL, HTML
 //! ```
 
+pub mod demand;
 pub mod html;
 pub mod input;
 pub mod policies;
 pub mod report;
 pub mod run;
 pub mod sim;
+pub mod spot;
 pub mod trace;

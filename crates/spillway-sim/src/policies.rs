@@ -10,12 +10,13 @@ use spillway_core::time::to_hours;
 use spillway_core::{Config, Market};
 
 /// The policies a report compares, in report order.
-pub const POLICIES: [&str; 4] = ["spillway", "static-peak", "fixed-only", "on-demand-reactive"];
+pub const POLICIES: [&str; 5] = ["spillway", "spillway-no-spot", "static-peak", "fixed-only", "on-demand-reactive"];
 
 /// Returns the config that runs `policy` on the same input and fixed pool, or `None` for an unknown name.
 pub fn config_for(policy: &str, cfg: &Config, jobs: &[SimJob]) -> Option<Config> {
     match policy {
         "spillway" => Some(cfg.clone()),
+        "spillway-no-spot" => Some(no_spot(cfg)),
         "fixed-only" => Some(fixed_only(cfg, 0)),
         "static-peak" => Some(fixed_only(cfg, peak_gpus(jobs))),
         "on-demand-reactive" => Some(on_demand_reactive(cfg)),
@@ -41,6 +42,26 @@ fn fixed_only(cfg: &Config, peak: u64) -> Config {
             pool.nodes.push(FixedNodes { count: extra, gpus: size, gpu_model: model });
         }
     }
+    c
+}
+
+/// Returns the same policy with spot disabled: spot pools buy the same instance types on demand, and tiers
+/// that could use spot use on-demand instead.
+fn no_spot(cfg: &Config) -> Config {
+    let mut c = cfg.clone();
+    for p in c.pools.iter_mut().filter(|p| p.market == Market::Spot) {
+        p.market = Market::OnDemand;
+        p.interruption_rate_per_hour = 0.0;
+    }
+    for t in &mut c.tiers {
+        if t.markets.contains(&Market::Spot) {
+            t.markets.retain(|m| *m != Market::Spot);
+            if !t.markets.contains(&Market::OnDemand) {
+                t.markets.push(Market::OnDemand);
+            }
+        }
+    }
+    c.policy.spot_share = None;
     c
 }
 

@@ -69,6 +69,14 @@ pub struct RunReport {
     pub makespan_s: f64,
     /// Simulated events the run processed.
     pub events: u64,
+    /// Spot interruption notices received.
+    pub interruptions: usize,
+    /// Jobs checkpointed and requeued on a notice.
+    pub notices_acted_on: usize,
+    /// Offerings backed off for interruptions and jobs moved from spot to on-demand.
+    pub fallback_events: usize,
+    /// Jobs with a deadline that ended after it (or never).
+    pub deadline_misses: usize,
     pub tiers: BTreeMap<String, TierReport>,
 }
 
@@ -95,6 +103,16 @@ pub struct InputReport {
     pub total_gpu_hours: f64,
 }
 
+/// What spot bought: the `spillway` run beside the same policy with spot disabled (`spillway-no-spot`: spot
+/// pools bought on demand).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct SpotReport {
+    pub no_spot_cost_usd: f64,
+    pub saved_usd: f64,
+    /// `saved_usd / no_spot_cost_usd`.
+    pub saved_fraction: f64,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Report {
@@ -102,6 +120,7 @@ pub struct Report {
     pub input: InputReport,
     pub runs: Vec<RunReport>,
     pub bound: BoundReport,
+    pub spot: SpotReport,
 }
 
 /// A table of samples over time. The first column is `time_s` (seconds from the start of the trace); the others

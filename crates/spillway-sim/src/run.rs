@@ -23,7 +23,7 @@ pub struct Comparison {
 /// Runs `spillway` and every reference on `jobs`; `progress(policy)` is called before each run.
 pub fn compare(cfg: &Config, jobs: &[SimJob], input: InputReport, opts: &SimOptions, mut progress: impl FnMut(&str)) -> Result<Comparison, SimError> {
     let bound = bound(cfg, jobs);
-    let mut report = Report { seed: opts.seed, input, runs: Vec::new(), bound };
+    let mut report = Report { seed: opts.seed, input, runs: Vec::new(), bound, spot: Default::default() };
     let mut main: Option<(SimOutcome, Config)> = None;
     for policy in POLICIES {
         progress(policy);
@@ -36,6 +36,15 @@ pub fn compare(cfg: &Config, jobs: &[SimJob], input: InputReport, opts: &SimOpti
         if policy == "spillway" {
             main = Some((out, pcfg));
         }
+    }
+    let cost = |name: &str| report.runs.iter().find(|r| r.policy == name).map(|r| r.cost_usd);
+    if let (Some(with), Some(without)) = (cost("spillway"), cost("spillway-no-spot")) {
+        let saved = without - with;
+        report.spot = crate::report::SpotReport {
+            no_spot_cost_usd: without,
+            saved_usd: saved,
+            saved_fraction: if without > 0.0 { saved / without } else { 0.0 },
+        };
     }
     let Some((out, pcfg)) = main else {
         return Ok(Comparison { report, series: TimeSeries::default(), waits_by_tier: BTreeMap::new(), decisions: Vec::new() });
@@ -74,6 +83,9 @@ pub fn run_report(policy: &str, cfg: &Config, out: &SimOutcome) -> RunReport {
         lost_gpu_hours: out.lost_gpu_ms as f64 / 3_600_000.0,
         makespan_s: to_secs(out.makespan_ms),
         events: out.events,
+        interruptions: c.counters.interruptions as usize,
+        notices_acted_on: c.counters.notices_acted_on as usize,
+        fallback_events: c.counters.fallbacks as usize,
         ..RunReport::default()
     };
     for (i, p) in cfg.pools.iter().enumerate() {
@@ -88,6 +100,9 @@ pub fn run_report(policy: &str, cfg: &Config, out: &SimOutcome) -> RunReport {
     let mut per_tier: Vec<(usize, Vec<f64>, Vec<f64>, usize)> = vec![(0, Vec::new(), Vec::new(), 0); cfg.tiers.len()];
     for j in &c.jobs {
         let slo = secs(cfg.tiers[j.tier].queue_wait_slo_s);
+        if j.spec.deadline.is_some_and(|d| j.ended.is_none_or(|e| e > d)) {
+            r.deadline_misses += 1;
+        }
         let t = &mut per_tier[j.tier];
         t.0 += 1;
         match j.first_start {
@@ -174,6 +189,19 @@ pub fn summary_table(report: &Report) -> String {
         "{:<20} {:>12.0} {:>8.2} {:>11.0} {:>11.0} {:>11.0}\n",
         "instant-overflow bound", b.cost_usd, 1.0, b.cost_by_market.fixed, b.cost_by_market.on_demand, b.cost_by_market.spot
     );
+    if let Some(r) = report.runs.iter().find(|r| r.policy == "spillway") {
+        s += &format!(
+            "\nspot: saved {:.0} USD ({:.1}%) against spillway-no-spot; {} interruptions, {} notices acted on, {:.1} GPU-hours lost, {} fallbacks, {} deadline misses, {} preemptions\n",
+            report.spot.saved_usd,
+            report.spot.saved_fraction * 100.0,
+            r.interruptions,
+            r.notices_acted_on,
+            r.lost_gpu_hours,
+            r.fallback_events,
+            r.deadline_misses,
+            r.preemptions
+        );
+    }
     s
 }
 

@@ -10,7 +10,7 @@ use rand_distr::{Distribution, LogNormal};
 use spillway_core::time::{Millis, Time};
 use spillway_core::{Action, Config, Decision, Engine, Event, JobId, JobState, LaunchError, Market, NodeId, StopReason};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 /// How much checking to do after each step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,11 +31,13 @@ pub struct SimOptions {
     pub check: Check,
     /// Target number of time-series samples over the run.
     pub samples: usize,
+    /// Spot capacity traces by offering; offerings a policy's config lacks are ignored in that run.
+    pub spot_traces: Vec<crate::spot::OfferingTrace>,
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { seed: 1, record: false, check: Check::Step, samples: 1500 }
+        SimOptions { seed: 1, record: false, check: Check::Step, samples: 1500, spot_traces: Vec::new() }
     }
 }
 
@@ -45,6 +47,12 @@ enum SimEvent {
     LaunchFailed(NodeId, bool),
     NodeReady(NodeId),
     JobExit(JobId, u32),
+    /// Spot trace `k` changes its capacity now.
+    Capacity(usize),
+    /// The cloud announces it will reclaim this spot node.
+    Notice(NodeId),
+    /// The cloud takes a node it announced.
+    Reclaim(NodeId),
     Sample,
 }
 
@@ -94,7 +102,14 @@ struct Sim<'a> {
     seq: u64,
     rng: ChaCha8Rng,
     truth: Vec<Truth>,
-    alive: BTreeMap<(usize, usize), u32>,
+    /// Live nodes (requested or ready) per offering (pool, instance type).
+    alive: BTreeMap<(usize, usize), BTreeSet<NodeId>>,
+    /// Nodes that got a notice and wait for their reclaim.
+    noticed: BTreeSet<NodeId>,
+    /// Capacity per offering from spot traces (`None`: no limit).
+    trace_cap: BTreeMap<(usize, usize), Option<u32>>,
+    /// The spot traces that apply to this config: (pool, instance type, index into `opts.spot_traces`).
+    traces: Vec<(usize, usize, usize)>,
     decisions: Vec<Decision>,
     series: TimeSeries,
     sample_ms: Millis,
@@ -125,6 +140,17 @@ impl<'a> Sim<'a> {
             rng: ChaCha8Rng::seed_from_u64(opts.seed),
             truth: Vec::with_capacity(jobs.len()),
             alive: BTreeMap::new(),
+            noticed: BTreeSet::new(),
+            trace_cap: BTreeMap::new(),
+            traces: opts
+                .spot_traces
+                .iter()
+                .enumerate()
+                .filter_map(|(k, t)| {
+                    let p = cfg.pools.iter().position(|p| p.name == t.pool && p.market == Market::Spot)?;
+                    Some((p, cfg.instance_type_index(&t.instance_type)?, k))
+                })
+                .collect(),
             decisions: Vec::new(),
             series: TimeSeries { columns: series_columns(cfg), rows: Vec::new() },
             sample_ms,
@@ -136,6 +162,9 @@ impl<'a> Sim<'a> {
             running_gpus: 0,
         };
         s.push(t0, SimEvent::Sample);
+        for k in 0..s.traces.len() {
+            s.push(t0, SimEvent::Capacity(k));
+        }
         s
     }
 
@@ -237,7 +266,21 @@ impl<'a> Sim<'a> {
     fn apply(&mut self, ev: SimEvent) -> Result<(), SimError> {
         let now = self.now;
         let res = match ev {
-            SimEvent::NodeReady(node) => self.engine.handle_event(now, Event::NodeReady { node }),
+            SimEvent::NodeReady(node) => {
+                self.schedule_poisson(node);
+                self.engine.handle_event(now, Event::NodeReady { node })
+            }
+            SimEvent::Capacity(k) => {
+                self.capacity_change(k);
+                Ok(())
+            }
+            SimEvent::Notice(node) => return self.notice(node),
+            SimEvent::Reclaim(node) => {
+                self.noticed.remove(&node);
+                let alive = self.engine.cluster().nodes[node.0 as usize].alive();
+                self.forget_node(node);
+                if alive { self.engine.handle_event(now, Event::NodeLost { node }) } else { Ok(()) }
+            }
             SimEvent::LaunchFailed(node, capacity) => {
                 self.forget_node(node);
                 let error = if capacity { LaunchError::InsufficientCapacity } else { LaunchError::Transient("simulated launch failure".into()) };
@@ -274,14 +317,19 @@ impl<'a> Sim<'a> {
             Action::Launch { node, pool, instance_type } => {
                 let p = &self.cfg.pools[pool];
                 let cap = p.capacity.get(&self.cfg.instance_types[instance_type].name).copied();
-                let count = self.alive.entry((pool, instance_type)).or_default();
-                if cap.is_some_and(|c| *count >= c) {
+                let traced = self.trace_cap.get(&(pool, instance_type)).copied().flatten();
+                let cap = match (cap, traced) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                let live = self.alive.entry((pool, instance_type)).or_default();
+                if cap.is_some_and(|c| live.len() as u32 >= c) {
                     self.push(now + 10_000, SimEvent::LaunchFailed(node, true));
                 } else if p.launch_failure_rate > 0.0 && self.rng.random::<f64>() < p.launch_failure_rate {
-                    *count += 1;
+                    live.insert(node);
                     self.push(now + 30_000, SimEvent::LaunchFailed(node, false));
                 } else {
-                    *count += 1;
+                    live.insert(node);
                     let median = p.boot_latency_s.max(0.0);
                     let boot_s = match LogNormal::new(median.max(1e-3).ln(), p.boot_jitter) {
                         Ok(d) if p.boot_jitter > 0.0 => d.sample(&mut self.rng),
@@ -319,8 +367,10 @@ impl<'a> Sim<'a> {
                 let t = &mut self.truth[job.0 as usize];
                 let elapsed = now - t.attempt_start;
                 // Work up to the last checkpoint survives; the rest is redone.
-                let saved = match t.checkpoint_ms {
-                    Some(iv) if iv > 0 => (elapsed / iv) * iv,
+                let saved = match (reason, t.checkpoint_ms) {
+                    // A checkpoint written on the signal keeps everything done so far.
+                    (StopReason::Interrupted { checkpoint: true } | StopReason::Migrated, _) => elapsed,
+                    (_, Some(iv)) if iv > 0 => (elapsed / iv) * iv,
                     _ => 0,
                 };
                 t.remaining_ms = (t.remaining_ms - saved).max(1);
@@ -339,9 +389,47 @@ impl<'a> Sim<'a> {
         let n = &self.engine.cluster().nodes[node.0 as usize];
         if let (Some(it), pool) = (n.instance_type, n.pool) {
             if let Some(c) = self.alive.get_mut(&(pool, it)) {
-                *c = c.saturating_sub(1);
+                c.remove(&node);
             }
         }
+    }
+
+    /// Applies spot trace `k`'s capacity now: nodes beyond it (newest first) get notices; schedules the next change.
+    fn capacity_change(&mut self, k: usize) {
+        let (pool, it, t) = self.traces[k];
+        let (cap, next) = self.opts.spot_traces[t].trace.at(self.now - self.t0);
+        self.trace_cap.insert((pool, it), cap);
+        self.push(self.t0 + next, SimEvent::Capacity(k));
+        let Some(cap) = cap else { return };
+        let live: Vec<NodeId> = self.alive.get(&(pool, it)).map_or(Vec::new(), |s| s.iter().copied().filter(|n| !self.noticed.contains(n)).collect());
+        let excess = live.len().saturating_sub(cap as usize);
+        for &node in live.iter().rev().take(excess) {
+            let _ = self.notice(node);
+        }
+    }
+
+    /// Draws a Poisson interruption for a spot node that just became ready.
+    fn schedule_poisson(&mut self, node: NodeId) {
+        let pool = self.engine.cluster().nodes[node.0 as usize].pool;
+        let rate = self.cfg.pools[pool].interruption_rate_per_hour;
+        if self.cfg.pools[pool].market != Market::Spot || rate <= 0.0 {
+            return;
+        }
+        let u: f64 = self.rng.random::<f64>().max(1e-12);
+        let hours = -u.ln() / rate;
+        self.push(self.now + (hours * 3.6e6) as i64, SimEvent::Notice(node));
+    }
+
+    /// Sends an interruption notice for a live, not yet noticed node and schedules its reclaim.
+    fn notice(&mut self, node: NodeId) -> Result<(), SimError> {
+        let n = &self.engine.cluster().nodes[node.0 as usize];
+        if !n.alive() || self.noticed.contains(&node) {
+            return Ok(());
+        }
+        let deadline = self.now + spillway_core::time::secs(self.cfg.pools[n.pool].interruption_notice_s);
+        self.noticed.insert(node);
+        self.push(deadline, SimEvent::Reclaim(node));
+        self.engine.handle_event(self.now, Event::InterruptionNotice { node, deadline }).map_err(|e| self.broken(e.to_string()))
     }
 
     fn sample(&mut self) {
@@ -368,6 +456,10 @@ impl<'a> Sim<'a> {
         for m in 0..3 {
             row.push(c.ledger.by_market[m] + open[m]);
         }
+        // Spot nodes alive (ready) vs requested (asked for and not ready yet).
+        let spot = self.cfg.pools.iter().enumerate().filter(|(_, p)| p.market == Market::Spot);
+        let (alive, requested) = spot.fold((0, 0), |(a, r), (i, _)| (a + c.pools[i].ready.len(), r + c.pools[i].requested.len()));
+        row.extend([alive as f64, requested as f64]);
         self.series.rows.push(row);
     }
 }
@@ -378,5 +470,6 @@ fn series_columns(cfg: &Config) -> Vec<String> {
         cols.extend([format!("pool:{}:capacity_gpus", p.name), format!("pool:{}:busy_gpus", p.name), format!("pool:{}:nodes", p.name)]);
     }
     cols.extend(["cost:fixed".into(), "cost:on_demand".into(), "cost:spot".into()]);
+    cols.extend(["spot:ready_nodes".into(), "spot:requested_nodes".into()]);
     cols
 }

@@ -1,5 +1,6 @@
-//! The `spillway` command line: `simulate`, `config check`, `trace convert`.
+//! The `spillway` command line: `simulate`, `config check`, `trace convert`, `forecast`.
 
+mod forecast;
 mod simulate;
 
 use anyhow::{Context, Result};
@@ -30,6 +31,8 @@ enum Command {
         #[command(subcommand)]
         command: TraceCommand,
     },
+    /// Forecast a demand series: fit on all but its last week, score that week against seasonal-naive.
+    Forecast(forecast::Args),
 }
 
 #[derive(Subcommand)]
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
 fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Simulate(args) => simulate::run(args),
+        Command::Forecast(args) => forecast::run(args),
         Command::Config { command: ConfigCommand::Check { file } } => {
             let cfg = simulate::load_config(Some(&file))?;
             let nodes: u32 = cfg.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count).sum();

@@ -38,6 +38,10 @@ pub struct Args {
     /// Directory for report.json, timeseries.csv, events.jsonl and report.html.
     #[arg(long, default_value = "out")]
     out: PathBuf,
+    /// Drive a spot offering's capacity from a trace: POOL:INSTANCE_TYPE=FILE (spot-traces JSON, or a Bamboo
+    /// `.csv` event log). Repeatable.
+    #[arg(long = "spot-trace")]
+    spot_trace: Vec<String>,
     /// Run the engine's full invariant check after every step (slow; for debugging).
     #[arg(long)]
     check_full: bool,
@@ -72,7 +76,14 @@ pub fn run(args: Args) -> Result<()> {
         skipped: trace.skipped.iter().cloned().collect(),
         total_gpu_hours: jobs.iter().map(|j| (j.spec.gpus_per_worker * j.spec.workers) as f64 * j.duration_ms as f64 / 3.6e6).sum(),
     };
-    let opts = SimOptions { seed: args.seed, record: true, check: if args.check_full { Check::Full } else { Check::Step }, ..SimOptions::default() };
+    let spot_traces = args.spot_trace.iter().map(|a| spillway_sim::spot::resolve(&cfg, a)).collect::<Result<Vec<_>, _>>()?;
+    let opts = SimOptions {
+        seed: args.seed,
+        record: true,
+        check: if args.check_full { Check::Full } else { Check::Step },
+        spot_traces,
+        ..SimOptions::default()
+    };
     let bar = ProgressBar::new(spillway_sim::policies::POLICIES.len() as u64);
     bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed}] {bar:20} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
     let started = std::time::Instant::now();

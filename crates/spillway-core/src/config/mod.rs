@@ -49,6 +49,8 @@ pub struct TierSpec {
     pub checkpoint_interval_s: Option<f64>,
     pub burst_after_s: Option<f64>,
     pub spot_fallback_after_s: Option<f64>,
+    pub checkpoint_time_s: Option<f64>,
+    pub max_spot_interruptions: Option<u32>,
 }
 
 /// A resolved tier: what the scheduler and autoscaler read.
@@ -71,6 +73,10 @@ pub struct Tier {
     pub burst_after_s: f64,
     /// How long an interruptible job waits for spot before on-demand capacity is bought for it.
     pub spot_fallback_after_s: f64,
+    /// Seconds a job needs to write a checkpoint when signalled (on an interruption notice or a migration).
+    pub checkpoint_time_s: f64,
+    /// After this many spot interruptions a job of a tier that may use on-demand moves there; `None`: never.
+    pub max_spot_interruptions: Option<u32>,
 }
 
 /// A team: fair-share weight and an optional hard quota on GPUs in use.
@@ -165,6 +171,12 @@ pub struct Pool {
     /// Simulator: log-normal sigma of the boot latency around its median.
     #[serde(default = "default_jitter")]
     pub boot_jitter: f64,
+    /// Spot pools: seconds between an interruption notice and the reclaim (AWS 120, GCP and Azure 30).
+    #[serde(default = "default_notice_s")]
+    pub interruption_notice_s: f64,
+    /// Simulator: Poisson interruptions per node-hour of each spot node (0: none unless a trace drives them).
+    #[serde(default)]
+    pub interruption_rate_per_hour: f64,
 }
 
 /// A scheduled policy: a cron window (in an IANA time zone) during which a pool keeps at least `min_nodes`.
@@ -200,6 +212,22 @@ pub struct Policy {
     /// Most nodes examined per job when looking for preemption victims.
     #[serde(default = "default_victim_nodes")]
     pub preemption_node_limit: usize,
+    /// Target share of spot among cloud GPUs bought for interruptible work (e.g. 0.8); absent: spot first always.
+    #[serde(default)]
+    pub spot_share: Option<f64>,
+    /// Most of a spot pool's nodes one instance type may hold, so one reclaim cannot take everything.
+    #[serde(default = "one")]
+    pub max_offering_share: f64,
+    /// Extra seconds of slack a deadline job keeps before it moves to on-demand.
+    #[serde(default = "default_deadline_margin_s")]
+    pub deadline_margin_s: f64,
+    /// How deadline jobs decide to leave spot: `safe` keeps room for one more interruption plus a margin;
+    /// `greedy` stays on spot until only an on-demand boot is left (the naive reference).
+    #[serde(default)]
+    pub deadline_policy: DeadlinePolicy,
+    /// Spot interruptions of one offering within an hour that make it back off like a capacity failure.
+    #[serde(default = "default_interruption_backoff")]
+    pub interruption_backoff_after: u32,
 }
 
 impl Default for Policy {
@@ -210,8 +238,22 @@ impl Default for Policy {
             scan_limit: default_scan_limit(),
             max_reservations: default_reservations(),
             preemption_node_limit: default_victim_nodes(),
+            spot_share: None,
+            max_offering_share: 1.0,
+            deadline_margin_s: default_deadline_margin_s(),
+            interruption_backoff_after: default_interruption_backoff(),
+            deadline_policy: DeadlinePolicy::Safe,
         }
     }
+}
+
+/// How deadline jobs leave spot (see [`Policy::deadline_policy`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadlinePolicy {
+    #[default]
+    Safe,
+    Greedy,
 }
 
 /// Cluster identity and the simulator's calendar.
@@ -318,6 +360,8 @@ pub fn default_tiers() -> Vec<Tier> {
             checkpoint_interval_s: Some(3600.0),
             burst_after_s: 0.0,
             spot_fallback_after_s: 0.0,
+            checkpoint_time_s: 120.0,
+            max_spot_interruptions: None,
         },
         Tier {
             name: "p1".into(),
@@ -329,6 +373,8 @@ pub fn default_tiers() -> Vec<Tier> {
             checkpoint_interval_s: Some(1800.0),
             burst_after_s: 60.0,
             spot_fallback_after_s: 300.0,
+            checkpoint_time_s: 60.0,
+            max_spot_interruptions: Some(3),
         },
         Tier {
             name: "p2".into(),
@@ -340,6 +386,8 @@ pub fn default_tiers() -> Vec<Tier> {
             checkpoint_interval_s: Some(900.0),
             burst_after_s: 300.0,
             spot_fallback_after_s: f64::INFINITY,
+            checkpoint_time_s: 60.0,
+            max_spot_interruptions: None,
         },
     ]
 }
@@ -376,6 +424,15 @@ fn default_in_cooldown_s() -> f64 {
 }
 fn default_jitter() -> f64 {
     0.25
+}
+fn default_notice_s() -> f64 {
+    120.0
+}
+fn default_deadline_margin_s() -> f64 {
+    600.0
+}
+fn default_interruption_backoff() -> u32 {
+    2
 }
 fn default_scan_limit() -> usize {
     5000

@@ -55,6 +55,15 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
     check_instance_types(&cx, &raw)?;
     check_pools(&cx, &raw, &tiers)?;
     check_schedules(&cx, &raw)?;
+    if raw.policy.spot_share.is_some_and(|s| !(0.0..=1.0).contains(&s)) {
+        return Err(cx.err("policy", None, "spot_share", "must be a share in [0, 1]".into()));
+    }
+    if !(raw.policy.max_offering_share > 0.0 && raw.policy.max_offering_share <= 1.0) {
+        return Err(cx.err("policy", None, "max_offering_share", "must be a share in (0, 1]".into()));
+    }
+    if !(raw.policy.deadline_margin_s >= 0.0 && raw.policy.deadline_margin_s.is_finite()) {
+        return Err(cx.err("policy", None, "deadline_margin_s", "must be a finite number >= 0".into()));
+    }
     if raw.policy.scan_limit == 0 {
         return Err(cx.err("policy", None, "scan_limit", "must be at least 1".into()));
     }
@@ -113,6 +122,10 @@ fn resolve_tiers(cx: &Ctx, raw: &RawConfig) -> Result<Vec<Tier>, ConfigError> {
         t.burst_after_s = secs("burst_after_s", spec.burst_after_s, 0.0)?.unwrap_or(t.burst_after_s);
         t.spot_fallback_after_s =
             secs("spot_fallback_after_s", spec.spot_fallback_after_s, 0.0)?.unwrap_or(t.spot_fallback_after_s);
+        t.checkpoint_time_s = secs("checkpoint_time_s", spec.checkpoint_time_s, 0.0)?.unwrap_or(t.checkpoint_time_s);
+        if spec.max_spot_interruptions.is_some() {
+            t.max_spot_interruptions = spec.max_spot_interruptions;
+        }
         if let Some(c) = secs("checkpoint_interval_s", spec.checkpoint_interval_s, 1.0)? {
             t.checkpoint_interval_s = Some(c);
         }
@@ -211,6 +224,8 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
             ("scale_in_cooldown_s", p.scale_in_cooldown_s),
             ("max_step_fraction", p.max_step_fraction),
             ("boot_jitter", p.boot_jitter),
+            ("interruption_notice_s", p.interruption_notice_s),
+            ("interruption_rate_per_hour", p.interruption_rate_per_hour),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
                 return Err(e(i, key, format!("must be a finite number >= 0, got {v}")));

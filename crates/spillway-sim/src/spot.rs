@@ -1,0 +1,210 @@
+//! Spot capacity models for the simulator: replays of availability traces (the `spot-traces` JSON format) and of
+//! Bamboo's add/remove event logs, mapped to offerings (`POOL:INSTANCE_TYPE`). A trace says how many nodes of
+//! an offering the cloud lets live at each moment; when it drops below the nodes alive, the newest get an
+//! interruption notice, and launches fail while it is at its limit. Traces shorter than a run repeat.
+//!
+//! JSON traces whose values are all 0 or 1 are availability traces: 1 means "obtainable" (no count limit),
+//! 0 means none (every running node of the offering is interrupted). Other JSON traces (the preemption sets)
+//! and Bamboo logs are counts of nodes alive.
+
+use spillway_core::Config;
+use spillway_core::time::Millis;
+use std::path::Path;
+
+/// A capacity step function: from `steps[i].0` (ms from the trace start) on, at most `steps[i].1` nodes
+/// (`None`: no limit). Repeats every `period_ms`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpotTrace {
+    pub steps: Vec<(Millis, Option<u32>)>,
+    pub period_ms: Millis,
+}
+
+/// Errors reading a spot trace or mapping it to an offering; each names the file and the field or line.
+#[derive(Debug, thiserror::Error)]
+pub enum SpotTraceError {
+    #[error("reading spot trace {file}: {message}")]
+    Io { file: String, message: String },
+    #[error("{file}: field `{field}`: {message}")]
+    Field { file: String, field: String, message: String },
+    #[error("{file}:{line}: {message}")]
+    Line { file: String, line: usize, message: String },
+    #[error("--spot-trace {arg}: {message}")]
+    Offering { arg: String, message: String },
+}
+
+impl SpotTrace {
+    /// Returns the capacity at `t_ms` from the trace start, and when it next changes.
+    pub fn at(&self, t_ms: Millis) -> (Option<u32>, Millis) {
+        let period = self.period_ms.max(1);
+        let cycle = t_ms.div_euclid(period);
+        let off = t_ms.rem_euclid(period);
+        let i = self.steps.partition_point(|&(s, _)| s <= off).saturating_sub(1);
+        let cap = self.steps.get(i).and_then(|s| s.1);
+        let next = match self.steps.get(i + 1) {
+            Some(&(s, _)) => cycle * period + s,
+            None => (cycle + 1) * period + self.steps.first().map_or(0, |s| s.0),
+        };
+        (cap, next.max(t_ms + 1))
+    }
+}
+
+/// Reads a `spot-traces` JSON file: `{"metadata": {"gap_seconds": N}, "data": [v0, v1, ...]}`.
+pub fn load_json(path: &Path) -> Result<SpotTrace, SpotTraceError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| SpotTraceError::Io { file: file.clone(), message: e.to_string() })?;
+    parse_json(&file, &text)
+}
+
+/// Parses spot-traces JSON text; `file` names it in errors.
+pub fn parse_json(file: &str, text: &str) -> Result<SpotTrace, SpotTraceError> {
+    let field = |field: &str, message: String| SpotTraceError::Field { file: file.into(), field: field.into(), message };
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| field("(document)", format!("not JSON: {e}")))?;
+    let gap = v
+        .get("metadata")
+        .and_then(|m| m.get("gap_seconds"))
+        .ok_or_else(|| field("metadata.gap_seconds", "missing".into()))?
+        .as_f64()
+        .ok_or_else(|| field("metadata.gap_seconds", "not a number".into()))?;
+    if !(gap > 0.0 && gap.is_finite()) {
+        return Err(field("metadata.gap_seconds", format!("must be > 0, got {gap}")));
+    }
+    let data = v.get("data").and_then(|d| d.as_array()).ok_or_else(|| field("data", "missing or not an array".into()))?;
+    if data.is_empty() {
+        return Err(field("data", "is empty".into()));
+    }
+    let mut values = Vec::with_capacity(data.len());
+    for (i, x) in data.iter().enumerate() {
+        let n = x.as_f64().filter(|n| *n >= 0.0 && n.fract() == 0.0).ok_or_else(|| field(&format!("data[{i}]"), format!("`{x}` is not a count >= 0")))?;
+        values.push(n as u32);
+    }
+    let binary = values.iter().all(|&n| n <= 1);
+    let gap_ms = (gap * 1000.0).round() as Millis;
+    let mut steps: Vec<(Millis, Option<u32>)> = Vec::new();
+    for (i, &n) in values.iter().enumerate() {
+        let cap = if binary && n == 1 { None } else { Some(n) };
+        if steps.last().is_none_or(|s| s.1 != cap) {
+            steps.push((i as Millis * gap_ms, cap));
+        }
+    }
+    Ok(SpotTrace { steps, period_ms: values.len() as Millis * gap_ms })
+}
+
+/// Reads a Bamboo event log (`time_ms,add|remove,nodeN`): the capacity is the number of nodes added and not
+/// yet removed.
+pub fn load_bamboo(path: &Path) -> Result<SpotTrace, SpotTraceError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| SpotTraceError::Io { file: file.clone(), message: e.to_string() })?;
+    parse_bamboo(&file, &text)
+}
+
+/// Parses a Bamboo event log; `file` names it in errors.
+pub fn parse_bamboo(file: &str, text: &str) -> Result<SpotTrace, SpotTraceError> {
+    let mut live: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut steps: Vec<(Millis, Option<u32>)> = Vec::new();
+    let mut t0: Option<Millis> = None;
+    let mut last = 0;
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let err = |message: String| SpotTraceError::Line { file: file.into(), line: line_no, message };
+        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+        if line.trim().is_empty() || cells[0] == "time_ms" {
+            continue;
+        }
+        let [time, op, node] = cells[..] else { return Err(err(format!("expected `time_ms,add|remove,node`, got `{line}`"))) };
+        let t: f64 = time.parse().map_err(|_| err(format!("time_ms `{time}` is not a number")))?;
+        let t = t.round() as Millis;
+        let start = *t0.get_or_insert(t);
+        if t < last {
+            return Err(err(format!("time_ms {t} goes back in time (previous {last})")));
+        }
+        last = t;
+        match op {
+            "add" => live.insert(node.to_string()),
+            "remove" => live.remove(node),
+            other => return Err(err(format!("event `{other}` is neither add nor remove"))),
+        };
+        let cap = Some(live.len() as u32);
+        match steps.last_mut() {
+            Some(s) if s.0 == t - start => s.1 = cap,
+            _ => steps.push((t - start, cap)),
+        }
+    }
+    if steps.is_empty() {
+        return Err(SpotTraceError::Line { file: file.into(), line: 1, message: "no events".into() });
+    }
+    Ok(SpotTrace { steps, period_ms: (last - t0.unwrap_or(0)).max(1) + 60_000 })
+}
+
+/// A trace bound to an offering by name, so it follows the offering into every policy's config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferingTrace {
+    pub pool: String,
+    pub instance_type: String,
+    pub trace: SpotTrace,
+}
+
+/// Resolves `POOL:INSTANCE_TYPE=FILE` against `cfg` and reads the file (JSON unless it ends in `.csv`, a
+/// Bamboo log).
+pub fn resolve(cfg: &Config, arg: &str) -> Result<OfferingTrace, SpotTraceError> {
+    let bad = |message: String| SpotTraceError::Offering { arg: arg.into(), message };
+    let (offering, file) = arg.split_once('=').ok_or_else(|| bad("expected OFFERING=FILE, OFFERING being POOL:INSTANCE_TYPE".into()))?;
+    let (pool, it) = offering.split_once(':').ok_or_else(|| bad(format!("offering `{offering}` is not POOL:INSTANCE_TYPE")))?;
+    let p = cfg.pools.iter().position(|x| x.name == pool).ok_or_else(|| {
+        let spot: Vec<&str> = cfg.pools.iter().filter(|x| x.market == spillway_core::Market::Spot).map(|x| x.name.as_str()).collect();
+        bad(format!("no pool named `{pool}` (spot pools: {})", spot.join(", ")))
+    })?;
+    if cfg.pools[p].market != spillway_core::Market::Spot {
+        return Err(bad(format!("pool `{pool}` is not a spot pool")));
+    }
+    if !cfg.pools[p].instance_types.iter().any(|x| x == it) {
+        return Err(bad(format!("pool `{pool}` does not allow instance type `{it}`")));
+    }
+    let path = Path::new(file);
+    let trace = if file.ends_with(".csv") { load_bamboo(path)? } else { load_json(path)? };
+    Ok(OfferingTrace { pool: pool.into(), instance_type: it.into(), trace })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_availability_trace_is_unlimited_while_one_and_zero_when_zero() {
+        let t = parse_json("a.json", r#"{"metadata": {"gap_seconds": 600}, "data": [1, 1, 0, 1]}"#).unwrap();
+        assert_eq!(t.steps, vec![(0, None), (1_200_000, Some(0)), (1_800_000, None)]);
+        assert_eq!(t.at(0), (None, 1_200_000));
+        assert_eq!(t.at(1_300_000), (Some(0), 1_800_000));
+        // It repeats after 4 ticks.
+        assert_eq!(t.at(2_400_000 + 1_200_000).0, Some(0));
+    }
+
+    #[test]
+    fn a_preemption_trace_is_a_count() {
+        let t = parse_json("p.json", r#"{"metadata": {"gap_seconds": 300}, "data": [4, 4, 3, 4]}"#).unwrap();
+        assert_eq!(t.at(650_000).0, Some(3));
+    }
+
+    #[test]
+    fn bad_json_names_file_and_field() {
+        let cases = [
+            ("not json", "(document)"),
+            (r#"{"data": [1]}"#, "metadata.gap_seconds"),
+            (r#"{"metadata": {"gap_seconds": -5}, "data": [1]}"#, "metadata.gap_seconds"),
+            (r#"{"metadata": {"gap_seconds": 5}, "data": [1, "x"]}"#, "data[1]"),
+            (r#"{"metadata": {"gap_seconds": 5}}"#, "data"),
+        ];
+        for (text, field) in cases {
+            let e = parse_json("s.json", text).unwrap_err().to_string();
+            assert!(e.starts_with("s.json: field `"), "{e}");
+            assert!(e.contains(&format!("`{field}`")), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn bamboo_counts_live_nodes_and_names_bad_lines() {
+        let t = parse_bamboo("b.csv", "time_ms,event,node\n0,add,node1\n0,add,node2\n5000,remove,node1\n").unwrap();
+        assert_eq!(t.steps, vec![(0, Some(2)), (5000, Some(1))]);
+        let e = parse_bamboo("b.csv", "0,add,n1\n10,drop,n1\n").unwrap_err().to_string();
+        assert!(e.starts_with("b.csv:2:"), "{e}");
+    }
+}

@@ -1,0 +1,186 @@
+//! Whole-simulator tests: a seed and an input always give the same report bytes, every run finishes every job,
+//! bad traces are refused with the file, line and column, and on the real Alibaba trace spillway beats the
+//! references it is meant to beat.
+
+use spillway_core::Config;
+use spillway_sim::input::{SimJob, to_sim_jobs};
+use spillway_sim::report::InputReport;
+use spillway_sim::run::{Comparison, compare, write_outputs};
+use spillway_sim::sim::{Check, SimOptions};
+use spillway_sim::trace::{self, TraceFormat, alibaba, native, workload::Bursty};
+use std::path::{Path, PathBuf};
+
+fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+}
+
+fn example(name: &str) -> Config {
+    let path = repo_path("examples").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    Config::parse(&path.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A fresh, empty directory under the system temp dir, unique to this process and `name`.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spillway-sim-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    dir
+}
+
+/// A small bursty day: sweeps, pretraining pushes and background jobs on the hybrid example.
+fn bursty_day(cfg: &Config) -> Vec<SimJob> {
+    let trace = Bursty { jobs: 150, days: 1.0, seed: 11 }.generate();
+    to_sim_jobs(&trace, cfg).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn run(cfg: &Config, jobs: &[SimJob], seed: u64) -> Comparison {
+    let input = InputReport { source: "bursty-150".into(), jobs: jobs.len(), ..InputReport::default() };
+    let opts = SimOptions { seed, record: true, check: Check::Full, ..SimOptions::default() };
+    compare(cfg, jobs, input, &opts, |_| {}).unwrap_or_else(|e| panic!("simulation failed: {e}"))
+}
+
+#[test]
+fn the_same_seed_and_input_give_a_byte_identical_report() {
+    let cfg = example("hybrid.toml");
+    let jobs = bursty_day(&cfg);
+    let (a, b) = (run(&cfg, &jobs, 5), run(&cfg, &jobs, 5));
+    let (ja, jb) = (serde_json::to_string(&a.report).unwrap(), serde_json::to_string(&b.report).unwrap());
+    assert!(ja == jb, "reports differ between two runs of seed 5");
+
+    let (da, db) = (temp_dir("det-a"), temp_dir("det-b"));
+    write_outputs(&da, &a, cfg.start_ms).unwrap();
+    write_outputs(&db, &b, cfg.start_ms).unwrap();
+    for file in ["report.json", "timeseries.csv", "events.jsonl", "report.html"] {
+        let (x, y) = (std::fs::read(da.join(file)).unwrap(), std::fs::read(db.join(file)).unwrap());
+        assert!(!x.is_empty(), "{file} is empty");
+        assert!(x == y, "{file} differs between two runs of seed 5");
+    }
+    let _ = std::fs::remove_dir_all(&da);
+    let _ = std::fs::remove_dir_all(&db);
+}
+
+#[test]
+fn every_run_completes_every_job_and_loses_none() {
+    let cfg = example("hybrid.toml");
+    let jobs = bursty_day(&cfg);
+    let cmp = run(&cfg, &jobs, 2);
+    assert!(cmp.report.runs.iter().any(|r| r.policy == "spillway"));
+    assert!(cmp.report.runs.len() >= 4, "spillway and the references: {:?}", cmp.report.runs.iter().map(|r| &r.policy).collect::<Vec<_>>());
+    for r in &cmp.report.runs {
+        assert_eq!(r.jobs_submitted, jobs.len(), "{}", r.policy);
+        assert_eq!(r.jobs_lost, 0, "{}", r.policy);
+        assert_eq!(r.jobs_completed, r.jobs_submitted, "{}: {} unfinished, {} failed", r.policy, r.jobs_unfinished, r.jobs_failed);
+        assert!(r.cost_usd > 0.0, "{}", r.policy);
+    }
+}
+
+// ---- Bad input ----
+
+/// The config the bad-input cases are checked against (largest node: 8 GPUs).
+fn hybrid() -> Config {
+    example("hybrid.toml")
+}
+
+#[test]
+fn an_unknown_tier_in_a_native_trace_names_file_line_and_column() {
+    let text = "job_id,submit_s,duration_s,gpus,tier\na,0,60,1,p1\n# a comment\nb,5,60,1,p9\n";
+    let trace = native::parse_str("jobs.csv", text).expect("the loader leaves tier names to the config");
+    let err = to_sim_jobs(&trace, &hybrid()).expect_err("p9 is not a tier of the config").to_string();
+    assert!(err.starts_with("jobs.csv:4: column `tier`: "), "{err}");
+    assert!(err.contains("p9"), "{err}");
+}
+
+#[test]
+fn a_job_larger_than_any_instance_type_names_the_gpus_column() {
+    let text = "job_id,submit_s,duration_s,gpus,workers,tier\na,0,60,8,4,p0\nhuge,10,60,16,1,p1\n";
+    let trace = native::parse_str("jobs.csv", text).unwrap();
+    let err = to_sim_jobs(&trace, &hybrid()).expect_err("16 GPUs per worker fit no node").to_string();
+    assert!(err.starts_with("jobs.csv:3: column `gpus`: "), "{err}");
+}
+
+#[test]
+fn a_malformed_row_names_the_line_and_column() {
+    let cases = [
+        ("a number that is not one", "job_id,submit_s,duration_s,gpus\na,0,60,1\nb,soon,60,1\n", 3, "submit_s"),
+        ("a row missing fields", "job_id,submit_s,duration_s,gpus\na,0,60,1\nb,0,60\n", 3, "gpus"),
+        ("zero GPUs", "job_id,submit_s,duration_s,gpus\na,0,60,0\n", 2, "gpus"),
+        ("a negative duration", "job_id,submit_s,duration_s,gpus\n\na,0,-60,1\n", 3, "duration_s"),
+    ];
+    for (rule, text, line, column) in cases {
+        let err = native::parse_str("jobs.csv", text).expect_err(rule).to_string();
+        let want = format!("jobs.csv:{line}: column `{column}`: ");
+        assert!(err.starts_with(&want), "{rule}: got {err}, want {want}...");
+    }
+}
+
+#[test]
+fn trace_files_with_bad_rows_name_the_file_path() {
+    let dir = temp_dir("bad-traces");
+    let native_path = dir.join("jobs.csv");
+    std::fs::write(&native_path, "job_id,submit_s,duration_s,gpus,tier\na,0,60,1,p1\nb,0,60,x,p1\n").unwrap();
+    let err = trace::load(&native_path, TraceFormat::Native).unwrap_err().to_string();
+    assert!(err.starts_with(&format!("{}:3: column `gpus`", native_path.display())), "{err}");
+
+    let ali_path = dir.join("pods.csv");
+    let header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time";
+    std::fs::write(&ali_path, format!("{header}\np0,1000,1024,1,1000,,LS,Succeeded,0,100,10\np1,1000,1024,1,1000,,Gold,Succeeded,0,100,10\n")).unwrap();
+    let err = trace::load(&ali_path, TraceFormat::Alibaba2023).unwrap_err().to_string();
+    assert!(err.starts_with(&format!("{}:3: column `qos`", ali_path.display())), "{err}");
+
+    let missing = dir.join("absent.csv");
+    let err = trace::load(&missing, TraceFormat::Native).unwrap_err().to_string();
+    assert!(err.contains("absent.csv"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_alibaba_row_with_an_unknown_qos_names_line_and_column() {
+    let header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time";
+    let text = format!("{header}\np0,1000,1024,1,1000,,LS,Succeeded,0,100,10\np1,1000,1024,1,1000,,Platinum,Running,5,100,10\n");
+    let err = alibaba::parse_str("pods.csv", &text).unwrap_err().to_string();
+    assert!(err.starts_with("pods.csv:3: column `qos`: "), "{err}");
+}
+
+// ---- The real Alibaba trace ----
+
+#[test]
+fn on_the_alibaba_trace_spillway_beats_static_peak_and_on_demand_reactive() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/jobs/openb_pod_list_default.csv");
+    if !path.exists() {
+        println!("skipping: {} not found", path.display());
+        return;
+    }
+    let cfg = example("alibaba-16gpu.toml");
+    let trace = trace::load(&path, TraceFormat::Alibaba2023).unwrap_or_else(|e| panic!("{e}"));
+    let jobs = to_sim_jobs(&trace, &cfg).unwrap_or_else(|e| panic!("{e}"));
+    let input = InputReport { source: path.display().to_string(), jobs: jobs.len(), ..InputReport::default() };
+    let opts = SimOptions { seed: 1, ..SimOptions::default() };
+    let cmp = compare(&cfg, &jobs, input, &opts, |_| {}).unwrap_or_else(|e| panic!("simulation failed: {e}"));
+    let runs = &cmp.report.runs;
+    let by = |name: &str| runs.iter().find(|r| r.policy == name).unwrap_or_else(|| panic!("no {name} run"));
+    let (sw, peak, odr) = (by("spillway"), by("static-peak"), by("on-demand-reactive"));
+    let p0_p95 = |r: &spillway_sim::report::RunReport| r.tiers.get("p0").map_or(0.0, |t| t.queue_wait_s.p95);
+    let figures: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "{}: cost {:.0} USD, p0 p95 wait {:.0} s, completed {}/{}, lost {}",
+                r.policy,
+                r.cost_usd,
+                p0_p95(r),
+                r.jobs_completed,
+                r.jobs_submitted,
+                r.jobs_lost
+            )
+        })
+        .collect();
+    let figures = figures.join("\n  ");
+    println!("alibaba-16gpu on {} jobs:\n  {figures}", jobs.len());
+    for r in runs {
+        assert_eq!(r.jobs_lost, 0, "{}: jobs lost\n  {figures}", r.policy);
+    }
+    assert!(sw.cost_usd < peak.cost_usd, "spillway costs no less than static-peak\n  {figures}");
+    assert!(sw.cost_usd < odr.cost_usd, "spillway costs no less than on-demand-reactive\n  {figures}");
+    assert!(p0_p95(sw) <= p0_p95(odr), "spillway's p0 p95 queue wait exceeds on-demand-reactive's\n  {figures}");
+}

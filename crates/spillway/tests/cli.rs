@@ -1,0 +1,80 @@
+//! The `spillway` binary end to end: `config check` on good and bad files, and `simulate` writing its reports.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn spillway(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running spillway {args:?}: {e}"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A fresh, empty directory under the system temp dir, unique to this process and `name`.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spillway-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    dir
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
+}
+
+#[test]
+fn config_check_accepts_the_examples() {
+    for name in ["hybrid.toml", "alibaba-16gpu.toml"] {
+        let out = spillway(&["config", "check", &example(name)]);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("ok"), "{name}: {}", text(&out.stdout));
+    }
+}
+
+#[test]
+fn config_check_rejects_a_bad_file_naming_the_line() {
+    let dir = temp_dir("config");
+    let bad = dir.join("bad.toml");
+    let body = "[[pools]]\nname = \"onprem\"\nmarket = \"fixed\"\nnodes = [{ count = 1, gpus = 8 }]\n\n\
+                [[instance_types]]\nname = \"g8\"\ngpus = 8\ngpu_model = \"V100\"\non_demand_usd_per_hour = 20.0\n\n\
+                [[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"g8\"]\nmin_nodes = 6\nmax_nodes = 4\n";
+    std::fs::write(&bad, body).unwrap();
+    let out = spillway(&["config", "check", &bad.display().to_string()]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "a bad config passed: {}", text(&out.stdout));
+    assert!(err.contains(&format!("{}:16: pools[1].min_nodes", bad.display())), "{err}");
+
+    let syntax = dir.join("syntax.toml");
+    std::fs::write(&syntax, "[cluster]\nname = \"x\"\n\n[[pools]\nname = \"p\"\n").unwrap();
+    let out = spillway(&["config", "check", &syntax.display().to_string()]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("{}:4:", syntax.display())), "{err}");
+
+    let out = spillway(&["config", "check", &dir.join("absent.toml").display().to_string()]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("absent.toml"), "{}", text(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn simulate_writes_the_four_report_files() {
+    let dir = temp_dir("simulate");
+    let out_dir = dir.join("out");
+    let out = spillway(&["simulate", "--jobs", "200", "--days", "1", "--out", &out_dir.display().to_string()]);
+    assert!(out.status.success(), "simulate failed: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("spillway"), "the summary names the runs: {}", text(&out.stdout));
+    for file in ["report.json", "timeseries.csv", "events.jsonl", "report.html"] {
+        let len = std::fs::metadata(out_dir.join(file)).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 0, "{file} missing or empty");
+    }
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(html.contains("<svg"), "report.html has no chart");
+    let json = std::fs::read_to_string(out_dir.join("report.json")).unwrap();
+    assert!(json.contains("\"jobs_lost\": 0"), "report.json lacks jobs_lost 0");
+    let _ = std::fs::remove_dir_all(&dir);
+}
