@@ -5,10 +5,10 @@
 use crate::config::{Config, Market};
 use crate::engine::{Engine, WakeAt};
 use crate::event::{Action, DecisionKind};
-use crate::model::{Job, JobId, NodeState, PendingReason};
+use crate::model::{Job, JobId, NodeId, NodeState, PendingReason};
 use crate::schedule::{Access, job_pools, model_fits};
 use crate::time::{Time, secs};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 
 /// Most ready nodes per pool whose free GPUs the scale-out estimate counts (the fullest-free first).
@@ -118,8 +118,9 @@ impl Engine {
     /// off and (in spot pools) is under its share cap, with the nodes `workers` workers need. Cost is nodes x
     /// price, and on spot the price per useful hour: price / (1 - expected lost fraction), from the offering's
     /// observed interruption rate and the job's checkpoint interval. Ties go to the earlier type.
-    fn pick_instance_type(&self, pool: usize, job: Option<&Job>, wake: &mut WakeAt) -> Option<(usize, u32)> {
-        let (gpus, workers) = job.map_or((1, 1), |j| (j.spec.gpus_per_worker, j.spec.workers));
+    /// Types that need more than `room` nodes (what the pool's max still allows) are skipped.
+    fn pick_instance_type(&self, pool: usize, job: Option<&Job>, workers: u32, room: u32, wake: &mut WakeAt) -> Option<(usize, u32)> {
+        let gpus = job.map_or(1, |j| j.spec.gpus_per_worker);
         let model = job.and_then(|j| j.spec.gpu_model.as_deref());
         let p = &self.cfg.pools[pool];
         let mut best: Option<(f64, usize, u32)> = None;
@@ -140,6 +141,9 @@ impl Engine {
             }
             let Some(price) = it.price_usd_per_hour(p.market) else { continue };
             let nodes = workers.div_ceil(it.gpus / gpus);
+            if nodes > room {
+                continue;
+            }
             let useful = if p.market == Market::Spot { 1.0 - self.expected_loss(pool, i, job) } else { 1.0 };
             let cost = price * nodes as f64 / useful;
             if best.is_none_or(|(c, _, _)| cost < c) {
@@ -172,18 +176,23 @@ impl Engine {
     }
 
     /// Buys cloud nodes for blocked jobs that booting nodes will not hold, and for pools below their min.
-    pub(crate) fn scale_out(&mut self, blocked: &[JobId], wake: &mut WakeAt) {
+    /// Returns the ready nodes blocked jobs count on (scale-in keeps them) and the pools at max that still have
+    /// demand they cannot hold (scale-in may swap an idle node there even at min).
+    pub(crate) fn scale_out(&mut self, blocked: &[JobId], wake: &mut WakeAt) -> (BTreeSet<NodeId>, BTreeSet<usize>) {
         let now = self.now;
         let pools = self.cfg.pools.len();
         // Free GPUs per pool that blocked jobs may count on before buying more: ready nodes with the most free
         // GPUs (a gang may need them plus new nodes), nodes still booting, and nodes planned in this pass.
-        let mut virt: Vec<Vec<(u32, String)>> = (0..pools)
+        let mut virt: Vec<Vec<(u32, String, Option<NodeId>)>> = (0..pools)
             .map(|p| {
-                let ready = self.c.free[p].iter().rev().take(VIRTUAL_READY_NODES).map(|&(f, n)| (f, n));
-                let booting = self.c.pools[p].requested.iter().map(|&n| (self.c.nodes[n.0 as usize].gpus, n));
-                ready.chain(booting).map(|(f, n)| (f, self.c.nodes[n.0 as usize].gpu_model.clone())).collect()
+                let ready = self.c.free[p].iter().rev().take(VIRTUAL_READY_NODES).map(|&(f, n)| (f, n, Some(n)));
+                let booting = self.c.pools[p].requested.iter().map(|&n| (self.c.nodes[n.0 as usize].gpus, n, None));
+                ready.chain(booting).map(|(f, n, r)| (f, self.c.nodes[n.0 as usize].gpu_model.clone(), r)).collect()
             })
             .collect();
+        let mut claimed: BTreeSet<NodeId> = BTreeSet::new();
+        let mut starved: BTreeSet<usize> = BTreeSet::new();
+        let mut planned: Vec<u32> = vec![0; pools];
         let mut headroom: Vec<u32> = (0..pools).map(|p| self.pool_headroom(p)).collect();
         // Planned launches per pool: instance type -> nodes; and the demand behind them.
         let mut plan: BTreeMap<usize, BTreeMap<usize, u32>> = BTreeMap::new();
@@ -206,7 +215,7 @@ impl Engine {
                 job_pools(&self.cfg, &self.pool_order[job.tier], Access::of(job)).filter(|&p| self.cfg.pools[p].market != Market::Fixed).collect();
             let is_spot = |p: &usize| self.cfg.pools[*p].market == Market::Spot;
             if has_spot && cands.iter().any(|p| !is_spot(p)) {
-                let spot_open = cands.iter().any(|&p| is_spot(&p) && headroom[p] > 0 && self.pick_instance_type(p, Some(job), &mut WakeAt::default()).is_some());
+                let spot_open = cands.iter().any(|&p| is_spot(&p) && headroom[p] > 0 && self.pick_instance_type(p, Some(job), job.spec.workers, u32::MAX, &mut WakeAt::default()).is_some());
                 if share.is_some_and(|target| spot_gpus >= target * (spot_gpus + od_gpus)) {
                     // The spot share of interruptible capacity is at its target: this one goes on-demand first.
                     cands.sort_by_key(|p| is_spot(p));
@@ -215,10 +224,12 @@ impl Engine {
                     wake.at(fallback_at);
                 }
             }
-            let fits_virtual = |v: &mut Vec<(u32, String)>| -> bool {
+            // Takes the job's workers out of the virtual free GPUs if all fit; the ready nodes it would use (even
+            // when only part of a gang fits) are claimed so scale-in does not remove them under it.
+            let fits_virtual = |v: &mut Vec<(u32, String, Option<NodeId>)>, claimed: &mut BTreeSet<NodeId>| -> u32 {
                 let mut left = w;
                 let mut used: Vec<(usize, u32)> = Vec::new();
-                for (i, (free, m)) in v.iter().enumerate() {
+                for (i, (free, m, _)) in v.iter().enumerate() {
                     if left == 0 {
                         break;
                     }
@@ -228,29 +239,41 @@ impl Engine {
                         left -= k;
                     }
                 }
+                // Only a gang assembles across ready nodes; a single worker that fits a ready node was held back
+                // for another reason (strict queue order, a reservation) and must not pin that node.
+                if w > 1 {
+                    claimed.extend(used.iter().filter_map(|&(i, _)| v[i].2));
+                }
                 if left > 0 {
-                    return false;
+                    return left;
                 }
                 for (i, take) in used {
                     v[i].0 -= take;
                 }
-                true
+                0
             };
             let mut reason = PendingReason::NoCapacity;
             for &p in &cands {
-                if fits_virtual(&mut virt[p]) {
+                // Workers that ready, booting and planned nodes cannot hold: what new nodes must.
+                let left = fits_virtual(&mut virt[p], &mut claimed);
+                if left == 0 {
                     reason = PendingReason::WaitingForNodes;
                     break;
+                }
+                let room = self.cfg.pools[p].max_nodes.saturating_sub(self.c.pools[p].alive + planned[p]);
+                if room == 0 {
+                    starved.insert(p);
                 }
                 if headroom[p] == 0 {
                     continue;
                 }
-                let Some((it, nodes)) = self.pick_instance_type(p, Some(job), wake) else { continue };
+                let Some((it, nodes)) = self.pick_instance_type(p, Some(job), left, room, wake) else { continue };
                 let n = nodes.min(headroom[p]);
                 headroom[p] -= n;
+                planned[p] += n;
                 *plan.entry(p).or_default().entry(it).or_default() += n;
                 let d = demand.entry(p).or_default();
-                *d = (d.0 + g * w, d.1.max(waited), d.2.max(1 << job.tier));
+                *d = (d.0 + g * w, d.1.max(waited), d.2 | (1 << job.tier));
                 let itx = &self.cfg.instance_types[it];
                 let added = (n * itx.gpus) as f64;
                 if self.cfg.pools[p].market == Market::Spot {
@@ -259,8 +282,8 @@ impl Engine {
                     od_gpus += added;
                     fallbacks.push(id);
                 }
-                virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.clone())));
-                let _ = fits_virtual(&mut virt[p]);
+                virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.clone(), None)));
+                fits_virtual(&mut virt[p], &mut claimed);
                 reason = PendingReason::WaitingForNodes;
                 break;
             }
@@ -292,7 +315,7 @@ impl Engine {
             let min = self.effective_min(p, wake);
             let have = self.c.pools[p].alive + plan.get(&p).map_or(0, |m| m.values().sum());
             if have < min {
-                if let Some((it, _)) = self.pick_instance_type(p, None, wake) {
+                if let Some((it, _)) = self.pick_instance_type(p, None, 1, u32::MAX, wake) {
                     *plan.entry(p).or_default().entry(it).or_default() += min - have;
                 }
             }
@@ -300,6 +323,7 @@ impl Engine {
         for (p, types) in plan {
             self.launch(p, types, demand.get(&p).copied());
         }
+        (claimed, starved)
     }
 
     fn launch(&mut self, pool: usize, types: BTreeMap<usize, u32>, demand: Option<(u32, i64, u32)>) {
@@ -348,14 +372,17 @@ impl Engine {
     }
 
     /// Removes nodes idle past their pool's timeout, down to the effective min, outside the scale-in cooldown.
-    pub(crate) fn scale_in(&mut self, wake: &mut WakeAt) {
+    /// Keeps `claimed` nodes (blocked jobs count on them); in `starved` pools (at max, with demand that does not
+    /// fit) one idle node may go even at min, so the next pass can buy a type that fits.
+    pub(crate) fn scale_in(&mut self, claimed: &BTreeSet<NodeId>, starved: &BTreeSet<usize>, demand_waiting: bool, wake: &mut WakeAt) {
         let now = self.now;
         for p in 0..self.cfg.pools.len() {
             let cfg = &self.cfg.pools[p];
             if cfg.market == Market::Fixed || self.c.pools[p].idle.is_empty() {
                 continue;
             }
-            let min = self.effective_min(p, wake);
+            let swap = starved.contains(&p);
+            let min = if swap { self.effective_min(p, wake).min(self.c.pools[p].alive.saturating_sub(1)) } else { self.effective_min(p, wake) };
             let st = &self.c.pools[p];
             if st.alive <= min || cfg.scale_in_protection {
                 continue;
@@ -372,7 +399,7 @@ impl Engine {
                     break;
                 }
                 let node = &self.c.nodes[n.0 as usize];
-                if node.protected || node.state != NodeState::Ready || !node.jobs.is_empty() {
+                if node.protected || node.state != NodeState::Ready || !node.jobs.is_empty() || claimed.contains(&n) {
                     continue;
                 }
                 if st.alive - remove.len() as u32 <= min {
@@ -389,6 +416,10 @@ impl Engine {
             }
             self.c.counters.scale_actions += 1;
             self.c.pools[p].last_scale_in = Some(now);
+            if demand_waiting {
+                // The room just made may let a blocked job buy capacity: decide again right away.
+                wake.at(now + 1);
+            }
             let name = self.cfg.pools[p].name.clone();
             let count = remove.len();
             let idle_s = remove.iter().map(|(_, i)| i / 1000).min().unwrap_or(0);

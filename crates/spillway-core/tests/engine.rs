@@ -324,8 +324,6 @@ on_demand_usd_per_hour = 24.0
 "#;
 
 #[test]
-#[ignore = "bug: scale.rs pick_instance_type sizes a gang on the cheapest type without regard to max_nodes, so a 4x2 \
-            gang in a pool of max 1 gets one 4-GPU node (it needs two) instead of the one 8-GPU node that holds it"]
 fn a_gang_gets_an_instance_type_that_holds_it_within_max_nodes() {
     let cfg = format!("{T148}{}{}", fixed(1, 1), "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t4\", \"t8\"]\nmax_nodes = 1\n");
     let mut h = Harness::new(&cfg);
@@ -336,8 +334,6 @@ fn a_gang_gets_an_instance_type_that_holds_it_within_max_nodes() {
 }
 
 #[test]
-#[ignore = "bug: scale.rs scale_in runs after scale_out in a pass and sets no wake-up, so when it removes an idle node \
-            from a pool at max, a job blocked on that pool (NoCapacity) waits for an unrelated event to get a launch"]
 fn removing_an_idle_node_from_a_full_pool_lets_a_blocked_job_buy_at_once() {
     let cfg = format!(
         "{T148}{}{}",
@@ -366,8 +362,6 @@ fn removing_an_idle_node_from_a_full_pool_lets_a_blocked_job_buy_at_once() {
 }
 
 #[test]
-#[ignore = "bug: scale.rs scale_in removes ready nodes that a queued gang is waiting to assemble; when the gang's \
-            nodes take longer than idle_timeout_s to come up (step limit, cooldown), the gang never starts"]
 fn nodes_ready_for_a_waiting_gang_are_not_scaled_in() {
     let cfg = format!(
         "{G8}{}{}",
@@ -390,8 +384,6 @@ fn nodes_ready_for_a_waiting_gang_are_not_scaled_in() {
 }
 
 #[test]
-#[ignore = "bug: scale.rs scale_out fills a pool's min with the cheapest 1-GPU type and scale_in never swaps idle min \
-            nodes, so in a pool at max (min = max) a job needing a larger type of that pool waits forever"]
 fn a_pools_minimum_does_not_starve_jobs_that_need_a_larger_type() {
     let cfg = format!(
         "{T148}{}{}",
