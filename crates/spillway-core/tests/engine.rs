@@ -2,6 +2,7 @@
 //! chosen instants, collects the actions it asks for, and checks the engine's invariants after every step.
 
 use spillway_core::time::Time;
+use std::collections::BTreeMap;
 use spillway_core::{
     Action, Config, Engine, Event, JobId, JobSpec, JobState, LaunchError, Market, NodeId, NodeState, PendingReason,
     StopReason, SubmitError,
@@ -13,13 +14,18 @@ struct Harness {
     e: Engine,
     t0: Time,
     now: Time,
+    /// For [`Harness::run_world`]: nodes booting (ready at, node), attempts running (exit at, job, attempt), and
+    /// the run time of jobs that have one.
+    booting: Vec<(f64, NodeId)>,
+    exits: Vec<(f64, JobId, u32)>,
+    run_time: BTreeMap<JobId, f64>,
 }
 
 impl Harness {
     /// Returns a harness whose engine starts at the Unix epoch (a Thursday, 00:00 UTC).
     fn new(toml: &str) -> Harness {
         let e = Engine::new(parse(toml), 0);
-        let h = Harness { e, t0: 0, now: 0 };
+        let h = Harness { e, t0: 0, now: 0, booting: Vec::new(), exits: Vec::new(), run_time: BTreeMap::new() };
         h.check("new");
         h
     }
@@ -98,27 +104,41 @@ impl Harness {
         out
     }
 
-    /// Plays a simple cloud until `t` seconds: every node launched becomes ready `boot_s` later, and the engine is
-    /// woken whenever it asks. Returns every action asked for on the way.
+    /// Plays a simple world until `t` seconds: every node launched becomes ready `boot_s` later, jobs given a run
+    /// time with [`Harness::runs_for`] exit that long after each start, and the engine is woken whenever it asks.
+    /// Nodes still booting and attempts still running at `t` carry over to the next call. Returns every action.
     fn run_world(&mut self, t: f64, boot_s: f64) -> Vec<Action> {
-        let mut booting: Vec<(f64, NodeId)> = Vec::new();
         let mut out = Vec::new();
         let mut fresh = self.drain();
         for _ in 0..100_000 {
             let now = self.t();
-            booting.extend(launches(&fresh).into_iter().map(|(n, _, _)| (now + boot_s, n)));
+            self.booting.extend(launches(&fresh).into_iter().map(|(n, _, _)| (now + boot_s, n)));
+            for (job, attempt, _) in starts(&fresh) {
+                if let Some(d) = self.run_time.get(&job) {
+                    self.exits.push((now + d, job, attempt));
+                }
+            }
+            for (job, attempt, _) in stops(&fresh) {
+                self.exits.retain(|x| (x.1, x.2) != (job, attempt));
+            }
             out.append(&mut fresh);
-            let ready_at = booting.iter().map(|b| b.0).fold(f64::INFINITY, f64::min);
+            let ready_at = self.booting.iter().map(|b| b.0).fold(f64::INFINITY, f64::min);
+            let exit_at = self.exits.iter().map(|x| x.0).fold(f64::INFINITY, f64::min);
             let wake = self.wake().unwrap_or(f64::INFINITY);
-            let next = ready_at.min(wake);
+            let next = ready_at.min(exit_at).min(wake);
             if next > t {
                 break;
             }
             self.at(next.max(now));
-            let (due, later): (Vec<_>, Vec<_>) = booting.into_iter().partition(|b| b.0 <= next);
-            booting = later;
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.booting).into_iter().partition(|b| b.0 <= next);
+            self.booting = later;
             for (_, node) in due {
                 self.event(Event::NodeReady { node });
+            }
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.exits).into_iter().partition(|x| x.0 <= next);
+            self.exits = later;
+            for (_, job, attempt) in due {
+                self.event(Event::JobExited { job, attempt, success: true });
             }
             if wake <= next {
                 self.timeout();
@@ -127,6 +147,11 @@ impl Harness {
         }
         self.at(t);
         out
+    }
+
+    /// Gives `job` a run time for [`Harness::run_world`] (jobs without one run until told otherwise).
+    fn runs_for(&mut self, job: JobId, secs: f64) {
+        self.run_time.insert(job, secs);
     }
 
     fn job(&self, id: JobId) -> &spillway_core::Job {
@@ -396,6 +421,41 @@ fn a_pools_minimum_does_not_starve_jobs_that_need_a_larger_type() {
     let big = h.submit(spec("p0", 8, 1));
     let a = h.run_world(86_400.0, 240.0);
     assert!(started(&a, big).is_some(), "the 8-GPU job never starts; pending {:?}", h.job(big).pending);
+}
+
+#[test]
+fn a_gang_behind_a_larger_blocked_gang_does_not_deadlock_the_pool() {
+    // Found by tests/proptest_engine.rs. Pool od may hold 2 nodes of 4 or 8 GPUs; an 8x2 gang, then a 4x2 one.
+    let cfg = format!(
+        "{T148}{}{}",
+        fixed(1, 1),
+        "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t4\", \"t8\"]\nmax_nodes = 2\nboot_latency_s = 30\nidle_timeout_s = 1800\nscale_out_cooldown_s = 0\nscale_in_cooldown_s = 0\nmax_step_fraction = 0.25\nmin_step_nodes = 1\n"
+    );
+    let mut h = Harness::new(&cfg);
+    let mut jobs = Vec::new();
+    for (tier, gpus, workers, run_s) in [("p0", 1, 1, 60.0), ("p0", 1, 1, 60.0), ("p0", 2, 1, 1071.0), ("p0", 8, 2, 60.0)] {
+        let id = h.submit(spec(tier, gpus, workers));
+        h.runs_for(id, run_s);
+        jobs.push(id);
+    }
+    h.run_world(1225.0, 155.0);
+    let id = h.submit(spec("p0", 4, 2));
+    h.runs_for(id, 2983.0);
+    jobs.push(id);
+    h.run_world(2526.0, 155.0);
+    let id = h.submit(spec("p1", 2, 3));
+    h.runs_for(id, 60.0);
+    jobs.push(id);
+    h.run_world(10.0 * 86_400.0, 155.0);
+    let left: Vec<String> = jobs
+        .iter()
+        .map(|&j| h.job(j))
+        .filter(|j| j.state != JobState::Succeeded)
+        .map(|j| format!("job {} {}x{} {:?} {:?}", j.id.0, j.spec.gpus_per_worker, j.spec.workers, j.state, j.pending))
+        .collect();
+    let nodes: Vec<String> =
+        h.e.cluster().nodes.iter().filter(|n| n.alive() && n.pool == 1).map(|n| format!("node {} {:?} {}/{}", n.id.0, n.state, n.used, n.gpus)).collect();
+    assert!(left.is_empty(), "after 10 days, not done: {left:?}; od nodes: {nodes:?}");
 }
 
 // ---- Preemption ----

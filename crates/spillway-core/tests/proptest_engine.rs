@@ -84,13 +84,13 @@ struct Case {
 
 fn cloud_params() -> impl Strategy<Value = CloudParams> {
     (
-        prop::sample::subsequence(vec![0usize, 1, 2], 1..=2),
+        prop::sample::subsequence(vec![0usize, 1, 2], 1..=types_per_pool()),
         0u32..=2,
         0u32..=5,
         30u32..=300,
         // Idle timeouts shorter than the time a gang's nodes take to come up starve the gang (see
         // `nodes_ready_for_a_waiting_gang_are_not_scaled_in` in tests/engine.rs): keep them long here.
-        1800u32..=3600,
+        idle_min()..=3600,
         0u32..=120,
         0u32..=120,
         prop::sample::select(vec![0.25, 0.5, 1.0]),
@@ -121,7 +121,7 @@ fn params() -> impl Strategy<Value = Params> {
         prop::bool::weighted(0.85),
         // Strict ordering (backfill off) can deadlock: see `with_backfill_off_a_blocked_head_job_still_gets_capacity`
         // in tests/engine.rs. Keep it on here.
-        Just(true),
+        prop::bool::weighted(backfill_p()),
         any::<bool>(),
     )
         .prop_map(|(fixed_count, fixed_gpus, on_demand, spot, prices, preemption, backfill, quota_c)| Params {
@@ -220,6 +220,7 @@ fn feasible(cfg: &Config, tier: usize, g: u32, w: u32) -> bool {
             .map(|i| cfg.instance_types[i].gpus)
             .filter(|&gpus| gpus >= g)
             .collect();
+        if std::env::var_os("PT_ANY").is_some() { if types.iter().any(|&gpus| w.div_ceil(gpus / g) <= pool.max_nodes) { return true; } continue; }
         if !types.is_empty() && types.iter().all(|&gpus| w.div_ceil(gpus / g) <= room) {
             return true;
         }
@@ -517,3 +518,14 @@ proptest! {
     }
 }
 
+
+fn types_per_pool() -> usize {
+    std::env::var("PT_TYPES").ok().and_then(|s| s.parse().ok()).unwrap_or(2)
+}
+
+fn idle_min() -> u32 {
+    std::env::var("PT_IDLE_MIN").ok().and_then(|s| s.parse().ok()).unwrap_or(1800)
+}
+fn backfill_p() -> f64 {
+    std::env::var("PT_BACKFILL").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0)
+}

@@ -45,8 +45,13 @@ fn main() {
         let wall = t.elapsed().as_secs_f64();
         let events: u64 = cmp.report.runs.iter().map(|r| r.events).sum();
         println!(
-            "alibaba v2023 ({} jobs), 4 policies + bound: {:.3} s wall, {} steps, {:.0} steps/s, {:.1}x reference",
-            jobs.len(), wall, events, events as f64 / wall, wall / r
+            "alibaba v2023 ({} jobs), {} policies + bound: {:.3} s wall, {} steps, {:.0} steps/s, {:.1}x reference",
+            jobs.len(),
+            cmp.report.runs.len(),
+            wall,
+            events,
+            events as f64 / wall,
+            wall / r
         );
     } else {
         println!("skipping alibaba: {} not found", alibaba.display());
@@ -109,6 +114,7 @@ max_nodes = 100
         interruptible: None,
         checkpoint_interval_ms: None,
         deadline: None,
+        expected_duration_ms: None,
     };
     // Fill every node with p2 work so nothing fits without preemption.
     for i in 0..10_000 {
