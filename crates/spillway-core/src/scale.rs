@@ -100,6 +100,17 @@ impl Engine {
         min
     }
 
+    /// Returns the most workers of `g` GPUs (of `model`) one node of the pool's instance types holds.
+    fn best_workers_per_node(&self, pool: usize, g: u32, model: Option<&str>) -> u32 {
+        let types = self.cfg.pools[pool].instance_types.iter().filter_map(|n| self.cfg.instance_type_index(n));
+        types.map(|i| &self.cfg.instance_types[i]).filter(|it| model_fits(model, &it.gpu_model)).map(|it| it.gpus / g.max(1)).max().unwrap_or(0)
+    }
+
+    /// Returns the pool's configured min raised by open schedule windows, without scheduling wake-ups.
+    fn effective_min_plain(&self, pool: usize) -> u32 {
+        self.effective_min(pool, &mut WakeAt::default())
+    }
+
     /// Returns how many nodes a cloud pool may add now: 0 in cooldown or at max, else the step limit.
     pub(crate) fn pool_headroom(&self, pool: usize) -> u32 {
         let p = &self.cfg.pools[pool];
@@ -153,6 +164,11 @@ impl Engine {
         best.map(|(_, i, n)| (i, n))
     }
 
+    /// Returns whether `pool` has an instance type that holds `job` and may be launched now.
+    pub(crate) fn can_launch_for(&self, pool: usize, job: &Job) -> bool {
+        self.pick_instance_type(pool, Some(job), job.spec.workers, u32::MAX, &mut WakeAt::default()).is_some()
+    }
+
     /// Returns the fraction of a spot node's time a job would expect to redo: the offering's interruption rate
     /// (observed, with a weak prior of one per 50 node-hours) times the work each interruption costs (half a
     /// checkpoint interval, or a whole hour without checkpoints, plus a boot), at most 0.9.
@@ -178,7 +194,7 @@ impl Engine {
     /// Buys cloud nodes for blocked jobs that booting nodes will not hold, and for pools below their min.
     /// Returns the ready nodes blocked jobs count on (scale-in keeps them) and the pools at max that still have
     /// demand they cannot hold (scale-in may swap an idle node there even at min).
-    pub(crate) fn scale_out(&mut self, blocked: &[JobId], wake: &mut WakeAt) -> (BTreeSet<NodeId>, BTreeSet<usize>) {
+    pub(crate) fn scale_out(&mut self, blocked: &[JobId], wake: &mut WakeAt) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
         let now = self.now;
         let pools = self.cfg.pools.len();
         // Free GPUs per pool that blocked jobs may count on before buying more: ready nodes with the most free
@@ -191,7 +207,8 @@ impl Engine {
             })
             .collect();
         let mut claimed: BTreeSet<NodeId> = BTreeSet::new();
-        let mut starved: BTreeSet<usize> = BTreeSet::new();
+        // Pools at max with demand they cannot hold, and the GPUs per worker of the first job starving there.
+        let mut starved: BTreeMap<usize, (u32, u32)> = BTreeMap::new();
         let mut planned: Vec<u32> = vec![0; pools];
         let mut headroom: Vec<u32> = (0..pools).map(|p| self.pool_headroom(p)).collect();
         // Planned launches per pool: instance type -> nodes; and the demand behind them.
@@ -226,7 +243,7 @@ impl Engine {
             }
             // Takes the job's workers out of the virtual free GPUs if all fit; the ready nodes it would use (even
             // when only part of a gang fits) are claimed so scale-in does not remove them under it.
-            let fits_virtual = |v: &mut Vec<(u32, String, Option<NodeId>)>, claimed: &mut BTreeSet<NodeId>| -> u32 {
+            let fits_virtual = |v: &mut Vec<(u32, String, Option<NodeId>)>, claim: &dyn Fn(u32) -> bool, claimed: &mut BTreeSet<NodeId>| -> u32 {
                 let mut left = w;
                 let mut used: Vec<(usize, u32)> = Vec::new();
                 for (i, (free, m, _)) in v.iter().enumerate() {
@@ -241,7 +258,7 @@ impl Engine {
                 }
                 // Only a gang assembles across ready nodes; a single worker that fits a ready node was held back
                 // for another reason (strict queue order, a reservation) and must not pin that node.
-                if w > 1 {
+                if w > 1 && claim(left) {
                     claimed.extend(used.iter().filter_map(|&(i, _)| v[i].2));
                 }
                 if left > 0 {
@@ -254,15 +271,19 @@ impl Engine {
             };
             let mut reason = PendingReason::NoCapacity;
             for &p in &cands {
-                // Workers that ready, booting and planned nodes cannot hold: what new nodes must.
-                let left = fits_virtual(&mut virt[p], &mut claimed);
+                // Workers that ready, booting and planned nodes cannot hold: what new nodes must. A gang claims the
+                // ready nodes it counts on only where the pool can still grow for the rest, and not in a pool an
+                // earlier job is starving in (there scale-in must be free to swap nodes).
+                let room = self.cfg.pools[p].max_nodes.saturating_sub(self.c.pools[p].alive + planned[p]);
+                let free_pool = !starved.contains_key(&p);
+                let claim = |left: u32| free_pool && (left == 0 || room > 0);
+                let left = fits_virtual(&mut virt[p], &claim, &mut claimed);
                 if left == 0 {
                     reason = PendingReason::WaitingForNodes;
                     break;
                 }
-                let room = self.cfg.pools[p].max_nodes.saturating_sub(self.c.pools[p].alive + planned[p]);
                 if room == 0 {
-                    starved.insert(p);
+                    starved.entry(p).or_insert((g, self.best_workers_per_node(p, g, model)));
                 }
                 if headroom[p] == 0 {
                     continue;
@@ -283,7 +304,7 @@ impl Engine {
                     fallbacks.push(id);
                 }
                 virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.clone(), None)));
-                fits_virtual(&mut virt[p], &mut claimed);
+                fits_virtual(&mut virt[p], &|_| true, &mut claimed);
                 reason = PendingReason::WaitingForNodes;
                 break;
             }
@@ -372,16 +393,18 @@ impl Engine {
     }
 
     /// Removes nodes idle past their pool's timeout, down to the effective min, outside the scale-in cooldown.
-    /// Keeps `claimed` nodes (blocked jobs count on them); in `starved` pools (at max, with demand that does not
-    /// fit) one idle node may go even at min, so the next pass can buy a type that fits.
-    pub(crate) fn scale_in(&mut self, claimed: &BTreeSet<NodeId>, starved: &BTreeSet<usize>, demand_waiting: bool, wake: &mut WakeAt) {
+    /// Keeps `claimed` nodes (blocked jobs count on them). In `starved` pools (at max, with a job that does not
+    /// fit; the map holds its GPUs per worker and the most workers the pool's best type holds), an idle node that
+    /// holds fewer workers than that may go even at min, so the next pass can buy one that fits.
+    pub(crate) fn scale_in(&mut self, claimed: &BTreeSet<NodeId>, starved: &BTreeMap<usize, (u32, u32)>, demand_waiting: bool, wake: &mut WakeAt) {
         let now = self.now;
         for p in 0..self.cfg.pools.len() {
             let cfg = &self.cfg.pools[p];
             if cfg.market == Market::Fixed || self.c.pools[p].idle.is_empty() {
                 continue;
             }
-            let swap = starved.contains(&p);
+            let swap_below = starved.get(&p).copied();
+            let swap = swap_below.is_some();
             let min = if swap { self.effective_min(p, wake).min(self.c.pools[p].alive.saturating_sub(1)) } else { self.effective_min(p, wake) };
             let st = &self.c.pools[p];
             if st.alive <= min || cfg.scale_in_protection {
@@ -400,6 +423,10 @@ impl Engine {
                 }
                 let node = &self.c.nodes[n.0 as usize];
                 if node.protected || node.state != NodeState::Ready || !node.jobs.is_empty() || claimed.contains(&n) {
+                    continue;
+                }
+                if swap && st.alive <= self.effective_min_plain(p) && swap_below.is_some_and(|(g, best)| node.gpus / g >= best) {
+                    // Below the min only to swap a node that is too small for the job starving here.
                     continue;
                 }
                 if st.alive - remove.len() as u32 <= min {

@@ -424,6 +424,24 @@ fn a_pools_minimum_does_not_starve_jobs_that_need_a_larger_type() {
 }
 
 #[test]
+fn a_partly_fitting_gang_does_not_pin_a_too_small_node_in_a_full_pool() {
+    // Found by tests/proptest_engine.rs. The pool's min keeps one 1-GPU node; a 1x2 gang fits one 4-GPU node.
+    let cfg = format!(
+        "{T148}{}{}",
+        fixed(1, 1),
+        "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t1\", \"t4\"]\nmin_nodes = 1\nmax_nodes = 1\nidle_timeout_s = 0\n"
+    );
+    let mut h = Harness::new(&cfg);
+    let warm = h.run_world(600.0, 60.0);
+    assert_eq!(launches(&warm).len(), 1);
+    let gang = h.submit(spec("p0", 1, 2));
+    let a = h.run_world(86_400.0, 60.0);
+    let nodes: Vec<String> =
+        h.e.cluster().nodes.iter().filter(|n| n.alive() && n.pool == 1).map(|n| format!("node {} {:?} {}/{}", n.id.0, n.state, n.used, n.gpus)).collect();
+    assert!(started(&a, gang).is_some(), "the 1x2 gang never starts; pending {:?}; od nodes: {nodes:?}", h.job(gang).pending);
+}
+
+#[test]
 fn a_gang_behind_a_larger_blocked_gang_does_not_deadlock_the_pool() {
     // Found by tests/proptest_engine.rs. Pool od may hold 2 nodes of 4 or 8 GPUs; an 8x2 gang, then a 4x2 one.
     let cfg = format!(

@@ -184,6 +184,11 @@ impl<'a> Sim<'a> {
             if all_done && (self.now > self.last_end + tail_ms || self.cloud_at_rest()) {
                 break;
             }
+            if next_job == self.jobs.len() && self.stalled() {
+                // Nothing can happen any more: no job runs, no engine wake-up, only samples and trace ticks
+                // left. The jobs still queued are reported unfinished instead of looping forever.
+                break;
+            }
             let t_job = self.jobs.get(next_job).map(|j| self.t0 + j.submit_ms);
             let t_heap = self.heap.peek().map(|Reverse((t, _, _))| *t);
             let t_wake = self.engine.poll_timeout().map(|t| t.max(self.now));
@@ -242,6 +247,15 @@ impl<'a> Sim<'a> {
 
     fn broken(&self, message: String) -> SimError {
         SimError::Invariant { at_s: (self.now - self.t0) as f64 / 1000.0, message }
+    }
+
+    /// Returns whether the run can no longer make progress: no job running, no engine wake-up, and nothing on
+    /// the heap but samples and spot-trace ticks.
+    fn stalled(&self) -> bool {
+        self.running_gpus == 0
+            && self.engine.poll_timeout().is_none()
+            && self.heap.iter().all(|Reverse((_, _, e))| matches!(e, SimEvent::Sample | SimEvent::Capacity(_)))
+            && self.engine.cluster().pools.iter().all(|p| p.requested.is_empty())
     }
 
     /// Returns whether no cloud node is alive beyond its pool's configured min.

@@ -107,9 +107,6 @@ max_nodes = 1
 "#;
 
 #[test]
-#[ignore = "bug: when the engine stalls (here: the gang gets a 4-GPU node it cannot use, see \
-            a_gang_gets_an_instance_type_that_holds_it_within_max_nodes), sim.rs's run loop never ends: its Sample \
-            events keep the heap non-empty and every sample adds a time-series row, so memory grows without bound"]
 fn simulate_ends_when_a_job_can_never_start() {
     let dir = temp_dir("starving");
     std::fs::write(dir.join("c.toml"), STARVING_CONFIG).unwrap();
