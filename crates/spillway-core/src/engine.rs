@@ -156,6 +156,7 @@ impl Engine {
             saved_work_ms: 0,
             not_before: None,
             pinned_on_demand: false,
+            spot_only_until: None,
         });
         self.queue.register(id, need);
         self.queue.push(tier, team, now, id);
@@ -170,8 +171,8 @@ impl Engine {
         match event {
             Event::NodeReady { node } => {
                 let n = self.node(node)?;
-                if let Some(it) = n.instance_type {
-                    // A launch that worked ends the offering's failure streak.
+                // Only a launch that really came up (not a node already ended) ends the offering's failure streak.
+                if let (Some(it), NodeState::Requested) = (n.instance_type, n.state) {
                     self.c.backoff.remove(&(n.pool, it));
                 }
                 self.c.node_ready(node, now);

@@ -76,6 +76,8 @@ pub struct Job {
     pub not_before: Option<Time>,
     /// Moved to on-demand (too many interruptions, or its deadline no longer leaves room for spot).
     pub pinned_on_demand: bool,
+    /// Moved back from on-demand to spot: it does not take on-demand again before this time.
+    pub spot_only_until: Option<Time>,
 }
 
 impl Job {

@@ -35,12 +35,17 @@ impl Engine {
                         continue;
                     }
                     let since = j.unsaved_work_ms(now);
+                    if now - start < iv {
+                        // Not one checkpoint yet: look again right after the first.
+                        wake.at(start + iv);
+                        continue;
+                    }
                     if since > AFTER_CHECKPOINT_MS {
                         // Look again right after its next checkpoint.
                         wake.at(now + (iv - since).max(1));
                         continue;
                     }
-                    if now - start >= iv && self.spot_can_take(id) {
+                    if self.spot_can_take(id) {
                         moves.push(id);
                     }
                 }
@@ -52,6 +57,8 @@ impl Engine {
                 "spot can take it again: checkpoint on on-demand and move back to spot".into()
             });
             self.requeue(id, StopReason::Migrated);
+            let j = &mut self.c.jobs[id.0 as usize];
+            j.spot_only_until = Some(now + crate::time::secs(self.cfg.tiers[j.tier].spot_fallback_after_s.clamp(600.0, 86_400.0)));
         }
     }
 

@@ -220,6 +220,8 @@ impl Engine {
         let mut fallbacks: Vec<JobId> = Vec::new();
         for &id in blocked {
             let job = &self.c.jobs[id.0 as usize];
+            // Its reason stays `checkpointing` until the checkpoint is written.
+            let job_checkpointing = job.not_before.is_some_and(|t| t > now);
             let (g, w, model) = (job.spec.gpus_per_worker, job.spec.workers, job.spec.gpu_model.as_deref());
             let waited = now - job.queued_since;
             let tier = &self.cfg.tiers[job.tier];
@@ -229,7 +231,7 @@ impl Engine {
             let fallback_s = if deadline_governs { 1e12 } else { tier.spot_fallback_after_s.min(1e12) };
             let fallback_at = job.queued_since + secs(fallback_s);
             let mut cands: Vec<usize> =
-                job_pools(&self.cfg, &self.pool_order[job.tier], Access::of(job)).filter(|&p| self.cfg.pools[p].market != Market::Fixed).collect();
+                job_pools(&self.cfg, &self.pool_order[job.tier], Access::of(job, now)).filter(|&p| self.cfg.pools[p].market != Market::Fixed).collect();
             let is_spot = |p: &usize| self.cfg.pools[*p].market == Market::Spot;
             if has_spot && cands.iter().any(|p| !is_spot(p)) {
                 let spot_open = cands.iter().any(|&p| is_spot(&p) && headroom[p] > 0 && self.pick_instance_type(p, Some(job), job.spec.workers, u32::MAX, &mut WakeAt::default()).is_some());
@@ -318,7 +320,9 @@ impl Engine {
                     }
                 }
             }
-            reasons.push((id, reason));
+            if !job_checkpointing {
+                reasons.push((id, reason));
+            }
         }
         for (id, reason) in reasons {
             self.set_pending(id, reason);

@@ -27,12 +27,12 @@ pub(crate) struct Need {
 }
 
 impl Need {
-    pub(crate) fn of(job: &Job) -> Need {
+    pub(crate) fn of(job: &Job, now: Time) -> Need {
         Need {
             g: job.spec.gpus_per_worker,
             w: job.spec.workers,
             model: job.spec.gpu_model.clone(),
-            access: Access::of(job),
+            access: Access::of(job, now),
             tier: job.tier,
         }
     }
@@ -60,11 +60,13 @@ pub(crate) struct Access {
 }
 
 impl Access {
-    /// Returns a job's access: spot only when interruptible; an interruptible job with a deadline and a duration
-    /// waits for spot (or fixed) until its slack pins it to on-demand.
-    pub(crate) fn of(job: &Job) -> Access {
+    /// Returns a job's access at `now`: spot only when interruptible; an interruptible job with a deadline and a
+    /// duration waits for spot (or fixed) until its slack pins it to on-demand; a job just moved back to spot
+    /// does not bounce onto on-demand again for a while.
+    pub(crate) fn of(job: &Job, now: Time) -> Access {
         let deadline_governs = job.spec.deadline.is_some() && job.spec.expected_duration_ms.is_some();
-        Access { spot: job.interruptible, on_demand: !(job.interruptible && deadline_governs) }
+        let back_on_spot = job.interruptible && job.spot_only_until.is_some_and(|t| t > now);
+        Access { spot: job.interruptible, on_demand: !(job.interruptible && deadline_governs) && !back_on_spot }
     }
 }
 
@@ -217,10 +219,16 @@ impl Engine {
                 }
                 if let Some(at) = job.not_before.filter(|&t| t > now) {
                     // Its last attempt is still checkpointing: not placeable yet, but replacement capacity is
-                    // bought now (it goes to the autoscaler as blocked).
+                    // bought now (it goes to the autoscaler as blocked), and nodes are held back for it so a job
+                    // behind it does not take the replacement.
                     wake.at(at);
                     reasons.push((id, PendingReason::Checkpointing));
                     blocked.push(id);
+                    if reservations < cfg.policy.max_reservations {
+                        reservations += 1;
+                        let need = Need::of(job, now);
+                        reserved.extend(reserve(c, cfg, &pool_order[need.tier], &need));
+                    }
                     continue;
                 }
                 if job.interruptible {
@@ -238,7 +246,7 @@ impl Engine {
                 }
                 let job = &c.jobs[id.0 as usize];
                 let order = &pool_order[job.tier];
-                let need = Need::of(job);
+                let need = Need::of(job, now);
                 if !strict_block {
                     if let Some(placement) = find_placement(c, cfg, order, &need) {
                         for &(n, g) in &placement {
@@ -271,7 +279,8 @@ impl Engine {
                     }
                 }
                 let job = &c.jobs[id.0 as usize];
-                let burst_at = job.queued_since + secs(cfg.tiers[job.tier].burst_after_s);
+                // A job that already ran (interrupted, preempted, lost) does not wait for fixed capacity again.
+                let burst_at = if job.attempt > 0 { now } else { job.queued_since + secs(cfg.tiers[job.tier].burst_after_s) };
                 if now < burst_at {
                     wake.at(burst_at);
                     reasons.push((id, PendingReason::WaitingForFixedCapacity));
@@ -371,7 +380,7 @@ fn preemption_due(cfg: &Config, c: &Cluster, order: &[usize], job: &Job, now: Ti
     }
     let slo = secs(cfg.tiers[job.tier].queue_wait_slo_s);
     // The soonest a new node could hold it: the boot latency of an allowed cloud pool with room to grow.
-    let boot = job_pools(cfg, order, Access::of(job))
+    let boot = job_pools(cfg, order, Access::of(job, now))
         .filter(|&p| cfg.pools[p].market != Market::Fixed && c.pools[p].alive < cfg.pools[p].max_nodes)
         .map(|p| secs(cfg.pools[p].boot_latency_s))
         .min();

@@ -476,6 +476,42 @@ fn a_gang_behind_a_larger_blocked_gang_does_not_deadlock_the_pool() {
     assert!(left.is_empty(), "after 10 days, not done: {left:?}; od nodes: {nodes:?}");
 }
 
+/// A fixed node too small for the tests' jobs, a warm on-demand node (min 1) and an empty spot pool.
+fn return_to_spot_cfg() -> String {
+    format!("{G8}{}{}{}", fixed(1, 1), cloud("od", "on_demand", "max_nodes = 2\nmin_nodes = 1"), cloud("spot", "spot", "max_nodes = 2"))
+}
+
+#[test]
+fn a_job_on_on_demand_moves_back_to_spot_after_a_checkpoint_without_other_events() {
+    let mut h = Harness::new(&return_to_spot_cfg());
+    h.run_world(300.0, 240.0);
+    let job = h.submit(spec("p1", 8, 1));
+    h.runs_for(job, 86_400.0);
+    let a = h.run_world(6.0 * 3600.0, 240.0);
+    assert_eq!(started(&a, job).map(|p| h.node(p[0].0).market), Some(Market::OnDemand), "the warm node takes it");
+    let moves = stops(&a).iter().filter(|s| s.2 == StopReason::Migrated).count();
+    assert!(moves >= 1, "never moved back to spot in 6 hours (next wake {:?})", h.wake());
+}
+
+#[test]
+fn a_job_moved_back_to_spot_does_not_bounce_between_markets() {
+    let mut h = Harness::new(&return_to_spot_cfg());
+    h.run_world(300.0, 240.0);
+    let job = h.submit(spec("p1", 8, 1));
+    h.runs_for(job, 86_400.0);
+    // Wake the engine every minute, as a daemon's reconcile loop would, so the move is looked at.
+    let mut a = Vec::new();
+    for minute in 6..=360 {
+        a.extend(h.run_world(minute as f64 * 60.0, 240.0));
+        h.timeout();
+    }
+    let markets: Vec<Market> = starts(&a).iter().map(|(_, _, p)| h.node(p[0].0).market).collect();
+    let moves = stops(&a).iter().filter(|s| s.2 == StopReason::Migrated).count();
+    assert!(moves >= 1, "never moved back to spot");
+    assert!(moves <= 1, "moved {moves} times in 6 hours; attempts ran on {markets:?}");
+    assert_eq!(markets.last(), Some(&Market::Spot), "attempts ran on {markets:?}");
+}
+
 // ---- Preemption ----
 
 #[test]

@@ -2,8 +2,9 @@
 //!
 //! Each case builds a config (one fixed pool, optional on-demand and spot pools of one or two instance types)
 //! as TOML, parses it, and replays a random workload through the engine with a tiny next-event loop: launched
-//! nodes become ready after a random boot delay (or fail to launch), started attempts exit after the job's
-//! duration unless stopped first. After every step the engine's invariants must hold, and on the way:
+//! nodes become ready after a random boot delay (or fail to launch), started attempts exit when the job's work is
+//! done unless stopped first (a stop keeps the work up to the last checkpoint, or all of it when the attempt was
+//! stopped to checkpoint, as in the simulator). After every step the engine's invariants must hold, and on the way:
 //! only strictly lower tiers are preempted, a p0 job never runs on spot, no pool ever exceeds its max. After the
 //! last submission a liveness phase runs until every job has succeeded; when nothing is left to happen the loop
 //! wakes the engine a few times, as a daemon's periodic reconcile would, before it calls the case stuck.
@@ -185,7 +186,9 @@ fn config_toml(p: &Params) -> String {
 }
 
 /// Returns whether a gang of `w` workers of `g` GPUs of tier `tier` fits some pool it may use when that pool is
-/// empty: the fixed pool, or a cloud pool with an instance type that holds the gang within the pool's max.
+/// empty: the fixed pool, or a cloud pool with an instance type that holds the gang within the pool's max. A pool
+/// with scale-in protection and a choice of types does not count: it may fill up for good with nodes of a type
+/// too small for the gang, which is what protection asks for.
 fn feasible(cfg: &Config, tier: usize, g: u32, w: u32) -> bool {
     let t = &cfg.tiers[tier];
     for pool in cfg.pools.iter().filter(|p| t.markets.contains(&p.market)) {
@@ -197,6 +200,9 @@ fn feasible(cfg: &Config, tier: usize, g: u32, w: u32) -> bool {
             if slots >= w {
                 return true;
             }
+            continue;
+        }
+        if pool.scale_in_protection && pool.instance_types.len() > 1 {
             continue;
         }
         let types = pool.instance_types.iter().filter_map(|n| cfg.instance_type_index(n));
@@ -272,8 +278,9 @@ struct World<'a> {
     launches: usize,
     /// The attempt whose exit is pending, per job; a stop removes it.
     pending_exit: BTreeMap<JobId, u32>,
-    /// Run time of each submitted job, by id.
-    durations: Vec<Time>,
+    /// Work left of each submitted job, by id, and when its current attempt started.
+    remaining: Vec<Time>,
+    attempt_start: Vec<Time>,
     trace: bool,
 }
 
@@ -344,12 +351,14 @@ impl World<'_> {
             }
         }
         self.pending_exit.insert(job, attempt);
-        self.push(now + self.durations[job.0 as usize], Ev::Exit(job, attempt));
+        self.attempt_start[job.0 as usize] = now;
+        self.push(now + self.remaining[job.0 as usize], Ev::Exit(job, attempt));
         Ok(())
     }
 
-    /// Checks a stop (preemption only of strictly lower tiers, and only with the policy on) and cancels the
-    /// attempt's pending exit.
+    /// Checks a stop (preemption only of strictly lower tiers, and only with the policy on), cancels the
+    /// attempt's pending exit and keeps the work it saved: everything when it was stopped to checkpoint, else up
+    /// to its last periodic checkpoint.
     fn stopped(&mut self, job: JobId, attempt: u32, reason: StopReason) -> Result<(), String> {
         if let StopReason::Preempted { by } = reason {
             let v = self.e.job(job).ok_or("unknown victim")?;
@@ -365,6 +374,14 @@ impl World<'_> {
         if self.pending_exit.get(&job) == Some(&attempt) {
             self.pending_exit.remove(&job);
         }
+        let elapsed = self.now - self.attempt_start[job.0 as usize];
+        let saved = match (reason, self.e.job(job).and_then(|j| j.checkpoint_interval_ms)) {
+            (StopReason::Interrupted { checkpoint: true } | StopReason::Migrated, _) => elapsed,
+            (_, Some(iv)) if iv > 0 => elapsed / iv * iv,
+            _ => 0,
+        };
+        let left = &mut self.remaining[job.0 as usize];
+        *left = (*left - saved).max(1);
         Ok(())
     }
 
@@ -404,7 +421,7 @@ fn drive(case: &Case) -> Result<(), String> {
     let jobs = workload(&cfg, case);
     let e = Engine::new(cfg.clone(), 0);
     let trace = std::env::var_os("SPILLWAY_PT_TRACE").is_some();
-    let mut w = World { case, cfg, e, now: 0, heap: BTreeMap::new(), seq: 0, launches: 0, pending_exit: BTreeMap::new(), durations: Vec::new(), trace };
+    let mut w = World { case, cfg, e, now: 0, heap: BTreeMap::new(), seq: 0, launches: 0, pending_exit: BTreeMap::new(), remaining: Vec::new(), attempt_start: Vec::new(), trace };
     let last_submit = jobs.last().map_or(0, |j| j.0);
     let (mut next, mut steps, mut quiet_wakes) = (0usize, 0usize, 0u32);
     loop {
@@ -442,8 +459,9 @@ fn drive(case: &Case) -> Result<(), String> {
                 eprintln!("{t:>10} submit {} {} {}x{} for {d} ms", spec.name, spec.tier, spec.gpus_per_worker, spec.workers);
             }
             let id = w.e.submit(t, spec.clone()).map_err(|err| format!("t={t}: submit refused: {err}"))?;
-            assert_eq!(id.0 as usize, w.durations.len(), "job ids count submissions");
-            w.durations.push(*d);
+            assert_eq!(id.0 as usize, w.remaining.len(), "job ids count submissions");
+            w.remaining.push(*d);
+            w.attempt_start.push(t);
             next += 1;
             w.check("a submission")?;
         }
@@ -508,15 +526,3 @@ fn types_per_pool() -> usize {
     std::env::var("SPILLWAY_PT_TYPES").ok().and_then(|s| s.parse().ok()).unwrap_or(1).clamp(1, 3)
 }
 
-#[test]
-fn zz_replay() {
-    let cp = |types: Vec<usize>, min_nodes, max_nodes, idle_timeout_s| CloudParams { types, min_nodes, max_nodes, boot_latency_s: 30, idle_timeout_s, scale_out_cooldown_s: 0, scale_in_cooldown_s: 0, max_step_fraction: 0.25, min_step_nodes: 1, scale_in_protection: false };
-    let d = |tier, team, gpus, workers, submit_s, duration_s| Draft { tier, team, gpus, workers, submit_s, duration_s };
-    let case = Case {
-        params: Params { fixed_count: 1, fixed_gpus: 1, on_demand: Some(cp(vec![2], 1, 2, 0)), spot: Some(cp(vec![1], 0, 3, 357)), prices: vec![(2.0, 0.3); 3], preemption: true, backfill: true, quota_c: true },
-        jobs: vec![d(1, 2, 4, 3, 4081, 1801), d(2, 0, 4, 2, 0, 4067), d(0, 0, 1, 3, 2826, 4861), d(1, 2, 2, 3, 5072, 1831), d(0, 0, 1, 1, 985, 7063), d(1, 0, 4, 2, 726, 60)],
-        boot_s: vec![31],
-        fail_pct: 0,
-    };
-    drive(&case).unwrap();
-}

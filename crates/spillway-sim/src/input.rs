@@ -19,7 +19,7 @@ pub struct SimJob {
 pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceError> {
     let mut out = Vec::with_capacity(trace.jobs.len());
     for j in &trace.jobs {
-        let spec = spec_of(j);
+        let spec = spec_of(j, cfg.start_ms);
         if let Err(e) = check_spec(cfg, &spec) {
             let column = match e {
                 SubmitError::UnknownTier(..) => "tier",
@@ -35,7 +35,8 @@ pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceErro
     Ok(out)
 }
 
-fn spec_of(j: &TraceJob) -> JobSpec {
+/// Returns the engine spec of a trace job; `t0` is the instant second 0 of the trace maps to.
+fn spec_of(j: &TraceJob, t0: i64) -> JobSpec {
     JobSpec {
         name: j.name.clone(),
         tier: j.tier.clone().unwrap_or_else(|| "p1".into()),
@@ -45,7 +46,7 @@ fn spec_of(j: &TraceJob) -> JobSpec {
         gpu_model: j.gpu_type.clone(),
         interruptible: j.interruptible,
         checkpoint_interval_ms: j.checkpoint_interval_s.map(secs),
-        deadline: j.deadline_s.map(secs),
+        deadline: j.deadline_s.map(|d| t0 + secs(d)),
         expected_duration_ms: Some(secs(j.duration_s).max(1)),
     }
 }
