@@ -38,7 +38,7 @@ pub enum EventError {
 }
 
 /// Checks a job spec against a config (tier exists, sizes non-zero, a worker fits the largest node its tier
-/// may use) and returns its tier index.
+/// may use, the gang fits its team's quota) and returns its tier index.
 pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     let tier = cfg.tier_index(&spec.tier).ok_or_else(|| {
         let names: Vec<_> = cfg.tiers.iter().map(|t| t.name.as_str()).collect();
@@ -58,6 +58,10 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
             tier: spec.tier.clone(),
             largest,
         });
+    }
+    let need = spec.gpus_per_worker * spec.workers;
+    if let Some(quota) = cfg.teams.iter().find(|t| t.name == spec.team).and_then(|t| t.quota_gpus).filter(|&q| need > q) {
+        return Err(SubmitError::OverQuota { need, team: spec.team.clone(), quota });
     }
     Ok(tier)
 }

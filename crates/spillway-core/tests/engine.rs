@@ -476,6 +476,24 @@ fn a_gang_behind_a_larger_blocked_gang_does_not_deadlock_the_pool() {
     assert!(left.is_empty(), "after 10 days, not done: {left:?}; od nodes: {nodes:?}");
 }
 
+#[test]
+fn a_pools_minimum_of_small_nodes_makes_room_for_a_gang_of_large_ones() {
+    // Found by tests/proptest_engine.rs. The min keeps two 4-GPU nodes; an 8x3 gang needs all 3 nodes as 8-GPU ones.
+    let cfg = format!(
+        "{T148}{}{}",
+        fixed(1, 1),
+        "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t4\", \"t8\"]\nmin_nodes = 2\nmax_nodes = 3\nidle_timeout_s = 0\n"
+    );
+    let mut h = Harness::new(&cfg);
+    let warm = h.run_world(600.0, 60.0);
+    assert_eq!(launches(&warm).len(), 2);
+    let gang = h.submit(spec("p0", 8, 3));
+    let a = h.run_world(86_400.0, 60.0);
+    let nodes: Vec<String> =
+        h.e.cluster().nodes.iter().filter(|n| n.alive() && n.pool == 1).map(|n| format!("node {} {:?} {}/{}", n.id.0, n.state, n.used, n.gpus)).collect();
+    assert!(started(&a, gang).is_some(), "the 8x3 gang never starts; pending {:?}; od nodes: {nodes:?}", h.job(gang).pending);
+}
+
 /// A fixed node too small for the tests' jobs, a warm on-demand node (min 1) and an empty spot pool.
 fn return_to_spot_cfg() -> String {
     format!("{G8}{}{}{}", fixed(1, 1), cloud("od", "on_demand", "max_nodes = 2\nmin_nodes = 1"), cloud("spot", "spot", "max_nodes = 2"))
