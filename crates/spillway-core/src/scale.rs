@@ -284,14 +284,19 @@ impl Engine {
                     reason = PendingReason::WaitingForNodes;
                     break;
                 }
-                if room == 0 {
-                    starved.entry(p).or_insert((g, self.best_workers_per_node(p, g, model)));
+                // A pool whose max cannot hold the rest of this job beside the nodes it has is starving: scale-in
+                // may swap its idle nodes that are too small.
+                let best = self.best_workers_per_node(p, g, model);
+                if best == 0 || room < left.div_ceil(best) {
+                    starved.entry(p).or_insert((g, best));
                 }
-                if headroom[p] == 0 {
+                if headroom[p] == 0 || room == 0 {
                     continue;
                 }
-                let Some((it, nodes)) = self.pick_instance_type(p, Some(job), left, room, wake) else { continue };
-                let n = nodes.min(headroom[p]);
+                // Prefer a type whose nodes fit in the room left; else make progress with the best type.
+                let pick = self.pick_instance_type(p, Some(job), left, room, wake);
+                let Some((it, nodes)) = pick.or_else(|| self.pick_instance_type(p, Some(job), left, u32::MAX, wake)) else { continue };
+                let n = nodes.min(headroom[p]).min(room);
                 headroom[p] -= n;
                 planned[p] += n;
                 *plan.entry(p).or_default().entry(it).or_default() += n;

@@ -491,7 +491,13 @@ fn a_pools_minimum_of_small_nodes_makes_room_for_a_gang_of_large_ones() {
     let a = h.run_world(86_400.0, 60.0);
     let nodes: Vec<String> =
         h.e.cluster().nodes.iter().filter(|n| n.alive() && n.pool == 1).map(|n| format!("node {} {:?} {}/{}", n.id.0, n.state, n.used, n.gpus)).collect();
-    assert!(started(&a, gang).is_some(), "the 8x3 gang never starts; pending {:?}; od nodes: {nodes:?}", h.job(gang).pending);
+    let bought: Vec<usize> = launches(&a).iter().map(|x| x.2).collect();
+    assert!(
+        started(&a, gang).is_some(),
+        "the 8x3 gang never starts; pending {:?}; launched types {bought:?}, {} terminated; od nodes: {nodes:?}",
+        h.job(gang).pending,
+        terminates(&a).len()
+    );
 }
 
 /// A fixed node too small for the tests' jobs, a warm on-demand node (min 1) and an empty spot pool.
