@@ -23,6 +23,9 @@ pub enum SubmitError {
     /// No node the tier may use has enough GPUs (of the model asked for) for one worker.
     #[error("gpus: {gpus} GPUs per worker{model} exceed the largest node tier {tier} may use ({largest} GPUs)")]
     TooLarge { gpus: u32, model: String, tier: String, largest: u32 },
+    /// No pool the tier may use has GPUs of the model the job asks for.
+    #[error("gpu_type: no pool tier {tier} may use has {model} GPUs")]
+    NoSuchModel { model: String, tier: String },
     /// The whole gang needs more GPUs than the team's quota.
     #[error("workers: the job needs {need} GPUs, more than team `{team}`'s quota of {quota}")]
     OverQuota { need: u32, team: String, quota: u32 },
@@ -51,6 +54,9 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
         return Err(SubmitError::Zero("workers"));
     }
     let largest = cfg.largest_node_gpus(tier, spec.gpu_model.as_deref());
+    if let (0, Some(model)) = (largest, &spec.gpu_model) {
+        return Err(SubmitError::NoSuchModel { model: model.clone(), tier: spec.tier.clone() });
+    }
     if spec.gpus_per_worker > largest {
         return Err(SubmitError::TooLarge {
             gpus: spec.gpus_per_worker,

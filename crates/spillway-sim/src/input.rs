@@ -25,6 +25,7 @@ pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceErro
                 SubmitError::UnknownTier(..) => "tier",
                 SubmitError::Zero(c) => c,
                 SubmitError::TooLarge { .. } => "gpus",
+                SubmitError::NoSuchModel { .. } => "gpu_type",
                 SubmitError::OverQuota { .. } => "workers",
             };
             return Err(TraceError::Row { file: trace.source.clone(), line: j.line, column: column.into(), message: e.to_string() });
