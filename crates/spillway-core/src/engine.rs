@@ -270,8 +270,9 @@ impl Engine {
 
     fn decide(&mut self) {
         let mut wake = WakeAt::default();
-        let blocked = self.schedule(&mut wake);
-        self.return_to_spot(&mut wake);
+        let mut blocked = self.schedule(&mut wake);
+        // Jobs moved back to spot need spot capacity now, like any blocked job.
+        blocked.extend(self.return_to_spot(&mut wake));
         let (claimed, starved) = self.scale_out(&blocked, &mut wake);
         self.scale_in(&claimed, &starved, !blocked.is_empty(), &mut wake);
         self.next_wake = wake.0;

@@ -17,7 +17,8 @@ const MIN_REMAINING_MS: Millis = 3_600_000;
 
 impl Engine {
     /// Moves interruptible jobs running on on-demand back to spot where a spot pool they may use can launch.
-    pub(crate) fn return_to_spot(&mut self, wake: &mut WakeAt) {
+    /// Returns the moved jobs (queued, restarting once their checkpoint is written; a wake-up is set for that).
+    pub(crate) fn return_to_spot(&mut self, wake: &mut WakeAt) -> Vec<JobId> {
         let now = self.now;
         let mut moves: Vec<JobId> = Vec::new();
         for (p, pool) in self.cfg.pools.iter().enumerate() {
@@ -51,7 +52,8 @@ impl Engine {
                 }
             }
         }
-        for id in moves.into_iter().take(MAX_MOVES_PER_PASS) {
+        moves.truncate(MAX_MOVES_PER_PASS);
+        for &id in &moves {
             self.c.counters.fallbacks += 1;
             self.record(DecisionKind::Fallback, || job_subject(id), "return_to_spot", || {
                 "spot can take it again: checkpoint on on-demand and move back to spot".into()
@@ -59,7 +61,11 @@ impl Engine {
             self.requeue(id, StopReason::Migrated);
             let j = &mut self.c.jobs[id.0 as usize];
             j.spot_only_until = Some(now + crate::time::secs(self.cfg.tiers[j.tier].spot_fallback_after_s.clamp(600.0, 86_400.0)));
+            if let Some(t) = j.not_before {
+                wake.at(t);
+            }
         }
+        moves
     }
 
     /// Returns whether a spot pool the job may use could launch a node for it now.

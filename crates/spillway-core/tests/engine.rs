@@ -201,7 +201,10 @@ fn launches(actions: &[Action]) -> Vec<(NodeId, usize, usize)> {
         .collect()
 }
 
-fn starts(actions: &[Action]) -> Vec<(JobId, u32, Vec<(NodeId, u32)>)> {
+/// A started attempt: job, attempt, placement (node and GPUs per worker).
+type Start = (JobId, u32, Vec<(NodeId, u32)>);
+
+fn starts(actions: &[Action]) -> Vec<Start> {
     actions
         .iter()
         .filter_map(|a| match a {
@@ -257,6 +260,18 @@ fn fixed(count: u32, gpus: u32) -> String {
 /// A cloud pool of `g8` nodes with extra keys.
 fn cloud(name: &str, market: &str, extra: &str) -> String {
     format!("\n[[pools]]\nname = \"{name}\"\nmarket = \"{market}\"\ninstance_types = [\"g8\"]\n{extra}\n")
+}
+
+/// An on-demand pool `od` of the given instance types with extra keys (one per line).
+fn od_of(types: &[&str], extra: &[&str]) -> String {
+    let types: Vec<String> = types.iter().map(|t| format!("\"{t}\"")).collect();
+    format!("\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [{}]\n{}\n", types.join(", "), extra.join("\n"))
+}
+
+/// Describes the live nodes of pool `p` for failure messages.
+fn live_nodes(h: &Harness, p: usize) -> Vec<String> {
+    let nodes = h.e.cluster().nodes.iter().filter(|n| n.alive() && n.pool == p);
+    nodes.map(|n| format!("node {} {:?} {}/{}", n.id.0, n.state, n.used, n.gpus)).collect()
 }
 
 // ---- Gangs and placement ----
@@ -350,7 +365,7 @@ on_demand_usd_per_hour = 24.0
 
 #[test]
 fn a_gang_gets_an_instance_type_that_holds_it_within_max_nodes() {
-    let cfg = format!("{T148}{}{}", fixed(1, 1), "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t4\", \"t8\"]\nmax_nodes = 1\n");
+    let cfg = format!("{T148}{}{}", fixed(1, 1), od_of(&["t4", "t8"], &["max_nodes = 1"]));
     let mut h = Harness::new(&cfg);
     let gang = h.submit(spec("p0", 4, 2));
     let a = h.run_world(86_400.0, 240.0);
@@ -363,7 +378,7 @@ fn removing_an_idle_node_from_a_full_pool_lets_a_blocked_job_buy_at_once() {
     let cfg = format!(
         "{T148}{}{}",
         fixed(1, 1),
-        "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t1\", \"t8\"]\nmax_nodes = 1\nidle_timeout_s = 600\n"
+        od_of(&["t1", "t8"], &["max_nodes = 1", "idle_timeout_s = 600"])
     );
     let t8 = parse(&cfg).instance_type_index("t8").unwrap();
     let mut h = Harness::new(&cfg);
@@ -413,7 +428,7 @@ fn a_pools_minimum_does_not_starve_jobs_that_need_a_larger_type() {
     let cfg = format!(
         "{T148}{}{}",
         fixed(1, 1),
-        "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t1\", \"t8\"]\nmin_nodes = 2\nmax_nodes = 2\n"
+        od_of(&["t1", "t8"], &["min_nodes = 2", "max_nodes = 2"])
     );
     let mut h = Harness::new(&cfg);
     let warm = h.run_world(600.0, 240.0);
@@ -429,15 +444,14 @@ fn a_partly_fitting_gang_does_not_pin_a_too_small_node_in_a_full_pool() {
     let cfg = format!(
         "{T148}{}{}",
         fixed(1, 1),
-        "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t1\", \"t4\"]\nmin_nodes = 1\nmax_nodes = 1\nidle_timeout_s = 0\n"
+        od_of(&["t1", "t4"], &["min_nodes = 1", "max_nodes = 1", "idle_timeout_s = 0"])
     );
     let mut h = Harness::new(&cfg);
     let warm = h.run_world(600.0, 60.0);
     assert_eq!(launches(&warm).len(), 1);
     let gang = h.submit(spec("p0", 1, 2));
     let a = h.run_world(86_400.0, 60.0);
-    let nodes: Vec<String> =
-        h.e.cluster().nodes.iter().filter(|n| n.alive() && n.pool == 1).map(|n| format!("node {} {:?} {}/{}", n.id.0, n.state, n.used, n.gpus)).collect();
+    let nodes = live_nodes(&h, 1);
     assert!(started(&a, gang).is_some(), "the 1x2 gang never starts; pending {:?}; od nodes: {nodes:?}", h.job(gang).pending);
 }
 
@@ -447,7 +461,15 @@ fn a_gang_behind_a_larger_blocked_gang_does_not_deadlock_the_pool() {
     let cfg = format!(
         "{T148}{}{}",
         fixed(1, 1),
-        "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t4\", \"t8\"]\nmax_nodes = 2\nboot_latency_s = 30\nidle_timeout_s = 1800\nscale_out_cooldown_s = 0\nscale_in_cooldown_s = 0\nmax_step_fraction = 0.25\nmin_step_nodes = 1\n"
+        od_of(&["t4", "t8"], &[
+            "max_nodes = 2",
+            "boot_latency_s = 30",
+            "idle_timeout_s = 1800",
+            "scale_out_cooldown_s = 0",
+            "scale_in_cooldown_s = 0",
+            "max_step_fraction = 0.25",
+            "min_step_nodes = 1",
+        ])
     );
     let mut h = Harness::new(&cfg);
     let mut jobs = Vec::new();
@@ -471,8 +493,7 @@ fn a_gang_behind_a_larger_blocked_gang_does_not_deadlock_the_pool() {
         .filter(|j| j.state != JobState::Succeeded)
         .map(|j| format!("job {} {}x{} {:?} {:?}", j.id.0, j.spec.gpus_per_worker, j.spec.workers, j.state, j.pending))
         .collect();
-    let nodes: Vec<String> =
-        h.e.cluster().nodes.iter().filter(|n| n.alive() && n.pool == 1).map(|n| format!("node {} {:?} {}/{}", n.id.0, n.state, n.used, n.gpus)).collect();
+    let nodes = live_nodes(&h, 1);
     assert!(left.is_empty(), "after 10 days, not done: {left:?}; od nodes: {nodes:?}");
 }
 
@@ -482,15 +503,14 @@ fn a_pools_minimum_of_small_nodes_makes_room_for_a_gang_of_large_ones() {
     let cfg = format!(
         "{T148}{}{}",
         fixed(1, 1),
-        "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"t4\", \"t8\"]\nmin_nodes = 2\nmax_nodes = 3\nidle_timeout_s = 0\n"
+        od_of(&["t4", "t8"], &["min_nodes = 2", "max_nodes = 3", "idle_timeout_s = 0"])
     );
     let mut h = Harness::new(&cfg);
     let warm = h.run_world(600.0, 60.0);
     assert_eq!(launches(&warm).len(), 2);
     let gang = h.submit(spec("p0", 8, 3));
     let a = h.run_world(86_400.0, 60.0);
-    let nodes: Vec<String> =
-        h.e.cluster().nodes.iter().filter(|n| n.alive() && n.pool == 1).map(|n| format!("node {} {:?} {}/{}", n.id.0, n.state, n.used, n.gpus)).collect();
+    let nodes = live_nodes(&h, 1);
     let bought: Vec<usize> = launches(&a).iter().map(|x| x.2).collect();
     assert!(
         started(&a, gang).is_some(),
@@ -515,6 +535,25 @@ fn a_job_on_on_demand_moves_back_to_spot_after_a_checkpoint_without_other_events
     assert_eq!(started(&a, job).map(|p| h.node(p[0].0).market), Some(Market::OnDemand), "the warm node takes it");
     let moves = stops(&a).iter().filter(|s| s.2 == StopReason::Migrated).count();
     assert!(moves >= 1, "never moved back to spot in 6 hours (next wake {:?})", h.wake());
+}
+
+#[test]
+fn a_job_moved_back_to_spot_restarts_without_other_events() {
+    let mut h = Harness::new(&return_to_spot_cfg());
+    h.run_world(300.0, 240.0);
+    let job = h.submit(spec("p1", 8, 1));
+    h.runs_for(job, 86_400.0);
+    let a = h.run_world(6.0 * 3600.0, 240.0);
+    let markets: Vec<Market> = starts(&a).iter().map(|(_, _, p)| h.node(p[0].0).market).collect();
+    assert!(stops(&a).iter().any(|s| s.2 == StopReason::Migrated), "never moved back to spot");
+    assert_eq!(
+        h.job(job).state,
+        JobState::Running,
+        "after its move the job waits ({:?}) with nothing to wake the engine (next wake {:?}); attempts ran on {markets:?}",
+        h.job(job).pending,
+        h.wake()
+    );
+    assert_eq!(markets.last(), Some(&Market::Spot), "attempts ran on {markets:?}");
 }
 
 #[test]
@@ -945,7 +984,8 @@ max_nodes = 4
 scale_out_cooldown_s = 0
 "#;
     let mut h = Harness::new(cfg);
-    let (cheap, dear) = (h.e.config().instance_type_index("cheap8").unwrap(), h.e.config().instance_type_index("dear8").unwrap());
+    let type_index = |name: &str| h.e.config().instance_type_index(name).unwrap();
+    let (cheap, dear) = (type_index("cheap8"), type_index("dear8"));
     let job = h.submit(spec("p0", 8, 1));
     let l = launches(&h.drain());
     assert_eq!(l.iter().map(|x| x.2).collect::<Vec<_>>(), vec![cheap], "the cheaper type first");

@@ -9,8 +9,7 @@
 //! last submission a liveness phase runs until every job has succeeded; when nothing is left to happen the loop
 //! wakes the engine a few times, as a daemon's periodic reconcile would, before it calls the case stuck.
 //!
-//! Every job's gang fits some pool it may use ([`feasible`]). Cloud pools get one instance type unless
-//! `SPILLWAY_PT_TYPES=2`: see [`types_per_pool`] for the deadlock that two types still hit.
+//! Every job's gang fits some pool it may use ([`feasible`]).
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 64); `SPILLWAY_PT_TRACE=1` (with `--nocapture`) prints
 //! every submission, event, wake-up and action.
@@ -85,7 +84,7 @@ struct Case {
 
 fn cloud_params() -> impl Strategy<Value = CloudParams> {
     (
-        prop::sample::subsequence(vec![0usize, 1, 2], 1..=types_per_pool()),
+        prop::sample::subsequence(vec![0usize, 1, 2], 1..=2),
         0u32..=2,
         0u32..=5,
         30u32..=300,
@@ -331,7 +330,7 @@ impl World<'_> {
         let roll = (self.launches as u64).wrapping_mul(2_654_435_761) % 100;
         let boot = self.case.boot_s[self.launches % self.case.boot_s.len()] as Time * 1000;
         self.launches += 1;
-        let ev = if (roll as u32) < self.case.fail_pct { Ev::Fail(node, roll % 2 == 0) } else { Ev::Ready(node) };
+        let ev = if (roll as u32) < self.case.fail_pct { Ev::Fail(node, roll.is_multiple_of(2)) } else { Ev::Ready(node) };
         self.push(self.now + boot, ev);
     }
 
@@ -345,10 +344,9 @@ impl World<'_> {
         if placement.len() != j.spec.workers as usize {
             return Err(format!("t={now}: job {} started {} of {} workers", job.0, placement.len(), j.spec.workers));
         }
-        if self.cfg.tiers[j.tier].priority == 0 {
-            if let Some(&(n, _)) = placement.iter().find(|(n, _)| self.e.cluster().nodes[n.0 as usize].market == Market::Spot) {
-                return Err(format!("t={now}: p0 job {} placed on spot node {}", job.0, n.0));
-            }
+        let on_spot = placement.iter().find(|(n, _)| self.e.cluster().nodes[n.0 as usize].market == Market::Spot);
+        if let (0, Some(&(n, _))) = (self.cfg.tiers[j.tier].priority, on_spot) {
+            return Err(format!("t={now}: p0 job {} placed on spot node {}", job.0, n.0));
         }
         self.pending_exit.insert(job, attempt);
         self.attempt_start[job.0 as usize] = now;
@@ -421,7 +419,19 @@ fn drive(case: &Case) -> Result<(), String> {
     let jobs = workload(&cfg, case);
     let e = Engine::new(cfg.clone(), 0);
     let trace = std::env::var_os("SPILLWAY_PT_TRACE").is_some();
-    let mut w = World { case, cfg, e, now: 0, heap: BTreeMap::new(), seq: 0, launches: 0, pending_exit: BTreeMap::new(), remaining: Vec::new(), attempt_start: Vec::new(), trace };
+    let mut w = World {
+        case,
+        cfg,
+        e,
+        now: 0,
+        heap: BTreeMap::new(),
+        seq: 0,
+        launches: 0,
+        pending_exit: BTreeMap::new(),
+        remaining: Vec::new(),
+        attempt_start: Vec::new(),
+        trace,
+    };
     let last_submit = jobs.last().map_or(0, |j| j.0);
     let (mut next, mut steps, mut quiet_wakes) = (0usize, 0usize, 0u32);
     loop {
@@ -435,8 +445,8 @@ fn drive(case: &Case) -> Result<(), String> {
         let t_wake = w.e.poll_timeout();
         let Some(t) = [t_job, t_heap, t_wake.map(|x| x.max(w.now))].into_iter().flatten().min() else {
             // The world is quiet but jobs remain. A daemon's periodic reconcile would wake the engine; do that a few
-            // times before calling the case stuck (a job blocked on a pool that scale-in just emptied sleeps until
-            // the next event: see `removing_an_idle_node_from_a_full_pool_lets_a_blocked_job_buy_at_once`).
+            // times before calling the case stuck (a job moved back to spot sleeps until the next event: see
+            // `a_job_moved_back_to_spot_restarts_without_other_events` in tests/engine.rs).
             if quiet_wakes >= QUIET_WAKES {
                 return Err(stuck(&w.e, w.now, "nothing left to happen, even after waking the engine"));
             }
@@ -483,7 +493,10 @@ fn stuck(e: &Engine, now: Time, why: &str) -> String {
         .iter()
         .filter(|j| j.state != JobState::Succeeded)
         .take(8)
-        .map(|j| format!("job {} {} {}x{} {:?} {:?}", j.id.0, j.spec.tier, j.spec.gpus_per_worker, j.spec.workers, j.state, j.pending))
+        .map(|j| {
+            let shape = format!("{}x{}", j.spec.gpus_per_worker, j.spec.workers);
+            format!("job {} {} {shape} {:?} {:?}", j.id.0, j.spec.tier, j.state, j.pending)
+        })
         .collect();
     let nodes: BTreeSet<String> = e
         .cluster()
@@ -514,15 +527,3 @@ proptest! {
         }
     }
 }
-
-
-/// Returns the most instance types a cloud pool gets: 1, or `SPILLWAY_PT_TYPES` (up to 3).
-///
-/// Pools of two types deadlock today when they reach max (see the ignored tests
-/// `a_gang_behind_a_larger_blocked_gang_does_not_deadlock_the_pool` and
-/// `a_partly_fitting_gang_does_not_pin_a_too_small_node_in_a_full_pool` in tests/engine.rs), so the default keeps
-/// to one; `SPILLWAY_PT_TYPES=2` brings the mix back once they pass.
-fn types_per_pool() -> usize {
-    std::env::var("SPILLWAY_PT_TYPES").ok().and_then(|s| s.parse().ok()).unwrap_or(1).clamp(1, 3)
-}
-

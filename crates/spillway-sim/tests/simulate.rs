@@ -66,11 +66,13 @@ fn every_run_completes_every_job_and_loses_none() {
     let jobs = bursty_day(&cfg);
     let cmp = run(&cfg, &jobs, 2);
     assert!(cmp.report.runs.iter().any(|r| r.policy == "spillway"));
-    assert!(cmp.report.runs.len() >= 4, "spillway and the references: {:?}", cmp.report.runs.iter().map(|r| &r.policy).collect::<Vec<_>>());
+    let policies: Vec<&str> = cmp.report.runs.iter().map(|r| r.policy.as_str()).collect();
+    assert!(policies.len() >= 4, "spillway and the references: {policies:?}");
     for r in &cmp.report.runs {
         assert_eq!(r.jobs_submitted, jobs.len(), "{}", r.policy);
         assert_eq!(r.jobs_lost, 0, "{}", r.policy);
-        assert_eq!(r.jobs_completed, r.jobs_submitted, "{}: {} unfinished, {} failed", r.policy, r.jobs_unfinished, r.jobs_failed);
+        let why = format!("{}: {} unfinished, {} failed", r.policy, r.jobs_unfinished, r.jobs_failed);
+        assert_eq!(r.jobs_completed, r.jobs_submitted, "{why}");
         assert!(r.cost_usd > 0.0, "{}", r.policy);
     }
 }
@@ -114,6 +116,11 @@ fn a_malformed_row_names_the_line_and_column() {
     }
 }
 
+/// The header of an Alibaba v2023 pod list, and a good row.
+const ALIBABA_HEADER: &str =
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time";
+const ALIBABA_ROW: &str = "p0,1000,1024,1,1000,,LS,Succeeded,0,100,10";
+
 #[test]
 fn trace_files_with_bad_rows_name_the_file_path() {
     let dir = temp_dir("bad-traces");
@@ -123,8 +130,8 @@ fn trace_files_with_bad_rows_name_the_file_path() {
     assert!(err.starts_with(&format!("{}:3: column `gpus`", native_path.display())), "{err}");
 
     let ali_path = dir.join("pods.csv");
-    let header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time";
-    std::fs::write(&ali_path, format!("{header}\np0,1000,1024,1,1000,,LS,Succeeded,0,100,10\np1,1000,1024,1,1000,,Gold,Succeeded,0,100,10\n")).unwrap();
+    let pods = format!("{ALIBABA_HEADER}\n{ALIBABA_ROW}\np1,1000,1024,1,1000,,Gold,Succeeded,0,100,10\n");
+    std::fs::write(&ali_path, pods).unwrap();
     let err = trace::load(&ali_path, TraceFormat::Alibaba2023).unwrap_err().to_string();
     assert!(err.starts_with(&format!("{}:3: column `qos`", ali_path.display())), "{err}");
 
@@ -136,8 +143,7 @@ fn trace_files_with_bad_rows_name_the_file_path() {
 
 #[test]
 fn an_alibaba_row_with_an_unknown_qos_names_line_and_column() {
-    let header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time";
-    let text = format!("{header}\np0,1000,1024,1,1000,,LS,Succeeded,0,100,10\np1,1000,1024,1,1000,,Platinum,Running,5,100,10\n");
+    let text = format!("{ALIBABA_HEADER}\n{ALIBABA_ROW}\np1,1000,1024,1,1000,,Platinum,Running,5,100,10\n");
     let err = alibaba::parse_str("pods.csv", &text).unwrap_err().to_string();
     assert!(err.starts_with("pods.csv:3: column `qos`: "), "{err}");
 }
