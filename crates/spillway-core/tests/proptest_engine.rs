@@ -30,7 +30,7 @@ const QUOTA_C: u32 = 16;
 const LIVENESS_MS: Time = 20 * 86_400_000;
 /// How often, and how many times in a row, the loop wakes a quiet engine before it calls a case stuck.
 const QUIET_WAKE_MS: Time = 600_000;
-const QUIET_WAKES: u32 = 3;
+const QUIET_WAKES: u32 = 0;
 /// Steps after which a case counts as stuck.
 const MAX_STEPS: usize = 100_000;
 
