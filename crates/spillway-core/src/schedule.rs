@@ -294,9 +294,8 @@ impl Engine {
                     reserved.extend(reserve(c, cfg, order, &need));
                 }
             }
-            for (pool, f, n) in reserved {
+            for (pool, _, n) in reserved {
                 // The node may have changed while held (a victim released there); reinsert its current free GPUs.
-                let _ = f;
                 let node = &c.nodes[n.0 as usize];
                 if node.state == NodeState::Ready && node.free() > 0 {
                     c.free[pool].insert((node.free(), n));
@@ -384,8 +383,9 @@ fn preemption_due(cfg: &Config, c: &Cluster, order: &[usize], job: &Job, now: Ti
         .filter(|&p| cfg.pools[p].market != Market::Fixed && c.pools[p].alive < cfg.pools[p].max_nodes)
         .map(|p| secs(cfg.pools[p].boot_latency_s))
         .min();
+    // With no pool able to grow, capacity can only come from jobs ending: wait for that until the SLO itself.
     Some(match boot {
         Some(b) => job.queued_since + slo - b,
-        None => now,
+        None => job.queued_since + slo,
     })
 }

@@ -6,8 +6,8 @@
 //! done unless stopped first (a stop keeps the work up to the last checkpoint, or all of it when the attempt was
 //! stopped to checkpoint, as in the simulator). After every step the engine's invariants must hold, and on the way:
 //! only strictly lower tiers are preempted, a p0 job never runs on spot, no pool ever exceeds its max. After the
-//! last submission a liveness phase runs until every job has succeeded; when nothing is left to happen the loop
-//! wakes the engine a few times, as a daemon's periodic reconcile would, before it calls the case stuck.
+//! last submission a liveness phase runs until every job has succeeded, with no wake-ups but those the engine
+//! asks for.
 //!
 //! Every job's gang fits some pool it may use ([`feasible`]).
 //!
@@ -28,9 +28,6 @@ const QUOTA_C: u32 = 16;
 /// Simulated time after the last submission by which every job must have succeeded (60 jobs of at most 2 h each
 /// take at most 5 days one after another).
 const LIVENESS_MS: Time = 20 * 86_400_000;
-/// How often, and how many times in a row, the loop wakes a quiet engine before it calls a case stuck.
-const QUIET_WAKE_MS: Time = 600_000;
-const QUIET_WAKES: u32 = 0;
 /// Steps after which a case counts as stuck.
 const MAX_STEPS: usize = 100_000;
 
@@ -433,7 +430,7 @@ fn drive(case: &Case) -> Result<(), String> {
         trace,
     };
     let last_submit = jobs.last().map_or(0, |j| j.0);
-    let (mut next, mut steps, mut quiet_wakes) = (0usize, 0usize, 0u32);
+    let (mut next, mut steps) = (0usize, 0usize);
     loop {
         w.carry_out()?;
         if next == jobs.len() && w.e.cluster().jobs.iter().all(|j| j.state == JobState::Succeeded) {
@@ -444,21 +441,9 @@ fn drive(case: &Case) -> Result<(), String> {
         let t_heap = w.heap.keys().next().map(|k| k.0);
         let t_wake = w.e.poll_timeout();
         let Some(t) = [t_job, t_heap, t_wake.map(|x| x.max(w.now))].into_iter().flatten().min() else {
-            // The world is quiet but jobs remain. A daemon's periodic reconcile would wake the engine; do that a few
-            // times before calling the case stuck (a job moved back to spot sleeps until the next event: see
-            // `a_job_moved_back_to_spot_restarts_without_other_events` in tests/engine.rs).
-            if quiet_wakes >= QUIET_WAKES {
-                return Err(stuck(&w.e, w.now, "nothing left to happen, even after waking the engine"));
-            }
-            quiet_wakes += 1;
-            w.now += QUIET_WAKE_MS;
-            if w.trace {
-                eprintln!("{:>10} reconcile", w.now);
-            }
-            w.e.handle_timeout(w.now);
-            continue;
+            // Jobs remain, yet nothing is pending and the engine asks for no wake-up: it would wait forever.
+            return Err(stuck(&w.e, w.now, "nothing left to happen"));
         };
-        quiet_wakes = 0;
         if t > last_submit + LIVENESS_MS || steps > MAX_STEPS {
             return Err(stuck(&w.e, w.now, "the liveness phase ran out of time"));
         }

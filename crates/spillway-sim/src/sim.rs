@@ -194,7 +194,6 @@ impl<'a> Sim<'a> {
             let t_wake = self.engine.poll_timeout().map(|t| t.max(self.now));
             let Some(t) = [t_job, t_heap, t_wake].into_iter().flatten().min() else { break };
             self.now = t;
-            let mut woke = false;
             while self.jobs.get(next_job).is_some_and(|j| self.t0 + j.submit_ms == t) {
                 self.submit(next_job)?;
                 next_job += 1;
@@ -208,10 +207,8 @@ impl<'a> Sim<'a> {
             }
             if t_wake == Some(t) {
                 self.engine.handle_timeout(t);
-                woke = true;
             }
             self.events += 1;
-            let _ = woke;
             self.drain_actions()?;
             self.check_step()?;
         }
@@ -284,10 +281,7 @@ impl<'a> Sim<'a> {
                 self.schedule_poisson(node);
                 self.engine.handle_event(now, Event::NodeReady { node })
             }
-            SimEvent::Capacity(k) => {
-                self.capacity_change(k);
-                Ok(())
-            }
+            SimEvent::Capacity(k) => return self.capacity_change(k),
             SimEvent::Notice(node) => return self.notice(node),
             SimEvent::Reclaim(node) => {
                 self.noticed.remove(&node);
@@ -409,17 +403,18 @@ impl<'a> Sim<'a> {
     }
 
     /// Applies spot trace `k`'s capacity now: nodes beyond it (newest first) get notices; schedules the next change.
-    fn capacity_change(&mut self, k: usize) {
+    fn capacity_change(&mut self, k: usize) -> Result<(), SimError> {
         let (pool, it, t) = self.traces[k];
         let (cap, next) = self.opts.spot_traces[t].trace.at(self.now - self.t0);
         self.trace_cap.insert((pool, it), cap);
         self.push(self.t0 + next, SimEvent::Capacity(k));
-        let Some(cap) = cap else { return };
+        let Some(cap) = cap else { return Ok(()) };
         let live: Vec<NodeId> = self.alive.get(&(pool, it)).map_or(Vec::new(), |s| s.iter().copied().filter(|n| !self.noticed.contains(n)).collect());
         let excess = live.len().saturating_sub(cap as usize);
         for &node in live.iter().rev().take(excess) {
-            let _ = self.notice(node);
+            self.notice(node)?;
         }
+        Ok(())
     }
 
     /// Draws a Poisson interruption for a spot node that just became ready.
