@@ -271,9 +271,11 @@ impl Engine {
     fn decide(&mut self) {
         let mut wake = WakeAt::default();
         let mut blocked = self.schedule(&mut wake);
-        // Jobs moved back to spot need spot capacity now, like any blocked job.
-        blocked.extend(self.return_to_spot(&mut wake));
-        let (claimed, starved) = self.scale_out(&blocked, &mut wake);
+        // Jobs moved back to spot need spot capacity now, like any blocked job; jobs that want to move get spot
+        // capacity bought first (shadow demand) and move once it is ready.
+        let (moved, shadow) = self.return_to_spot(&mut wake);
+        blocked.extend(moved);
+        let (claimed, starved) = self.scale_out(&blocked, &shadow, &mut wake);
         self.scale_in(&claimed, &starved, !blocked.is_empty(), &mut wake);
         self.next_wake = wake.0;
     }

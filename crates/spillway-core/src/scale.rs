@@ -194,7 +194,9 @@ impl Engine {
     /// Buys cloud nodes for blocked jobs that booting nodes will not hold, and for pools below their min.
     /// Returns the ready nodes blocked jobs count on (scale-in keeps them) and the pools at max that still have
     /// demand they cannot hold (scale-in may swap an idle node there even at min).
-    pub(crate) fn scale_out(&mut self, blocked: &[JobId], wake: &mut WakeAt) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
+    /// `shadow` are running jobs that want spot capacity to move to (make before break): spot pools only, no
+    /// pending reasons.
+    pub(crate) fn scale_out(&mut self, blocked: &[JobId], shadow: &[JobId], wake: &mut WakeAt) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
         let now = self.now;
         let pools = self.cfg.pools.len();
         // Free GPUs per pool that blocked jobs may count on before buying more: ready nodes with the most free
@@ -218,10 +220,11 @@ impl Engine {
         let share = self.cfg.policy.spot_share;
         let (mut spot_gpus, mut od_gpus) = if share.is_some() { self.interruptible_cloud_gpus() } else { (0.0, 0.0) };
         let mut fallbacks: Vec<JobId> = Vec::new();
-        for &id in blocked {
+        let wanted = blocked.iter().map(|&id| (id, false)).chain(shadow.iter().map(|&id| (id, true)));
+        for (id, is_shadow) in wanted {
             let job = &self.c.jobs[id.0 as usize];
-            // Its reason stays `checkpointing` until the checkpoint is written.
-            let job_checkpointing = job.not_before.is_some_and(|t| t > now);
+            // Its reason stays `checkpointing` until the checkpoint is written; a running job has none.
+            let job_checkpointing = is_shadow || job.not_before.is_some_and(|t| t > now);
             let (g, w, model) = (job.spec.gpus_per_worker, job.spec.workers, job.spec.gpu_model.as_deref());
             let waited = now - job.queued_since;
             let tier = &self.cfg.tiers[job.tier];
@@ -230,8 +233,9 @@ impl Engine {
             let deadline_governs = job.spec.deadline.is_some() && job.spec.expected_duration_ms.is_some();
             let fallback_s = if deadline_governs { 1e12 } else { tier.spot_fallback_after_s.min(1e12) };
             let fallback_at = job.queued_since + secs(fallback_s);
+            let access = if is_shadow { Access::spot_only() } else { Access::of(job, now) };
             let mut cands: Vec<usize> =
-                job_pools(&self.cfg, &self.pool_order[job.tier], Access::of(job, now)).filter(|&p| self.cfg.pools[p].market != Market::Fixed).collect();
+                job_pools(&self.cfg, &self.pool_order[job.tier], access).filter(|&p| self.cfg.pools[p].market != Market::Fixed).collect();
             let is_spot = |p: &usize| self.cfg.pools[*p].market == Market::Spot;
             if has_spot && cands.iter().any(|p| !is_spot(p)) {
                 let spot_open = cands.iter().any(|&p| is_spot(&p) && headroom[p] > 0 && self.pick_instance_type(p, Some(job), job.spec.workers, u32::MAX, &mut WakeAt::default()).is_some());

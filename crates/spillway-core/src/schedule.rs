@@ -64,9 +64,37 @@ impl Access {
     /// duration waits for spot (or fixed) until its slack pins it to on-demand; a job just moved back to spot
     /// does not bounce onto on-demand again for a while.
     pub(crate) fn of(job: &Job, now: Time) -> Access {
-        let deadline_governs = job.spec.deadline.is_some() && job.spec.expected_duration_ms.is_some();
         let back_on_spot = job.interruptible && job.spot_only_until.is_some_and(|t| t > now);
-        Access { spot: job.interruptible, on_demand: !(job.interruptible && deadline_governs) && !back_on_spot }
+        // Uniform progress: a deadline job may use on-demand only while it is behind the straight line from
+        // submission (no work) to its deadline (all work); ahead of it, it waits for spot.
+        let waits_for_spot = job.interruptible && uniform_progress_at(job).is_some_and(|t| now < t);
+        Access { spot: job.interruptible, on_demand: !waits_for_spot && !back_on_spot }
+    }
+
+    /// Returns whether a running job is ahead of uniform progress by at least `slack_ms` (always true for a job
+    /// without a deadline and a duration).
+    pub(crate) fn ahead_of_uniform(job: &Job, now: Time, slack_ms: Time) -> bool {
+        let (Some(deadline), Some(total)) = (job.spec.deadline, job.spec.expected_duration_ms) else { return true };
+        let span = (deadline - job.submitted).max(1);
+        let done = job.saved_work_ms + job.attempt_start.map_or(0, |s| (now - s).max(0));
+        let line = (total as i128 * (now - job.submitted).max(0) as i128 / span as i128) as Time;
+        done >= line + slack_ms
+    }
+}
+
+/// Returns when a deadline job falls behind uniform progress (its saved work equals the share of its duration that
+/// the time since submission is of the time to its deadline), or `None` without a deadline and a duration.
+pub(crate) fn uniform_progress_at(job: &Job) -> Option<Time> {
+    let (deadline, total) = (job.spec.deadline?, job.spec.expected_duration_ms?);
+    let span = (deadline - job.submitted).max(1);
+    let done = job.saved_work_ms.clamp(0, total);
+    Some(job.submitted + (done as i128 * span as i128 / total.max(1) as i128) as Time)
+}
+
+impl Access {
+    /// Returns spot-only access (buying spot capacity ahead of moving a running job there).
+    pub(crate) fn spot_only() -> Access {
+        Access { spot: true, on_demand: false }
     }
 }
 
@@ -232,6 +260,10 @@ impl Engine {
                     continue;
                 }
                 if job.interruptible {
+                    if let Some(at) = uniform_progress_at(job).filter(|&t| t > now) {
+                        // Falling behind uniform progress lets it take on-demand: look again then.
+                        wake.at(at);
+                    }
                     if let Some(at) = deadline_pin_at(cfg, &pool_order[job.tier], job, now) {
                         if at <= now {
                             let j = &mut c.jobs[id.0 as usize];
