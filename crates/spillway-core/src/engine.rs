@@ -167,6 +167,7 @@ impl Engine {
             not_before: None,
             pinned_on_demand: false,
             spot_only_until: None,
+            uniform_progress: self.cfg.policy.deadline_policy == crate::config::DeadlinePolicy::Safe,
         });
         self.queue.register(id, need);
         self.queue.push(tier, team, now, id);

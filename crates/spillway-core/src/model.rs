@@ -78,6 +78,9 @@ pub struct Job {
     pub pinned_on_demand: bool,
     /// Moved back from on-demand to spot: it does not take on-demand again before this time.
     pub spot_only_until: Option<Time>,
+    /// A deadline job follows uniform progress (the `safe` deadline policy); otherwise it stays on spot until its
+    /// slack runs out (`greedy`).
+    pub uniform_progress: bool,
 }
 
 impl Job {

@@ -67,7 +67,12 @@ impl Access {
         let back_on_spot = job.interruptible && job.spot_only_until.is_some_and(|t| t > now);
         // Uniform progress: a deadline job may use on-demand only while it is behind the straight line from
         // submission (no work) to its deadline (all work); ahead of it, it waits for spot.
-        let waits_for_spot = job.interruptible && uniform_progress_at(job).is_some_and(|t| now < t);
+        let waits_for_spot = job.interruptible
+            && match job.uniform_progress {
+                true => uniform_progress_at(job).is_some_and(|t| now < t),
+                // Greedy: spot until the slack runs out and the job is pinned.
+                false => job.spec.deadline.is_some() && job.spec.expected_duration_ms.is_some(),
+            };
         Access { spot: job.interruptible, on_demand: !waits_for_spot && !back_on_spot }
     }
 

@@ -221,8 +221,9 @@ pub struct Policy {
     /// Extra seconds of slack a deadline job keeps before it moves to on-demand.
     #[serde(default = "default_deadline_margin_s")]
     pub deadline_margin_s: f64,
-    /// How deadline jobs decide to leave spot: `safe` keeps room for one more interruption plus a margin;
-    /// `greedy` stays on spot until only an on-demand boot is left (the naive reference).
+    /// How deadline jobs use spot: `safe` follows uniform progress (on-demand only while behind the line from
+    /// submission to deadline) and leaves spot for good with room for one more interruption plus a margin;
+    /// `greedy` stays on spot until only an on-demand boot is left (the naive spot-until-late reference).
     #[serde(default)]
     pub deadline_policy: DeadlinePolicy,
     /// Spot interruptions of one offering within an hour that make it back off like a capacity failure.
