@@ -38,9 +38,10 @@ impl Need {
     }
 }
 
-/// Returns whether a node of `model` can hold a job asking for `want`.
+/// Returns whether a node of `model` can hold a job asking for `want` (one model, or alternatives separated by
+/// `|`, such as `A100|H100`).
 pub(crate) fn model_fits(want: Option<&str>, model: &str) -> bool {
-    want.is_none_or(|w| w == model || model == ANY_MODEL)
+    model == ANY_MODEL || want.is_none_or(|w| w.split('|').any(|m| m.trim() == model))
 }
 
 /// Returns the pools `job` may run on, in placement order.

@@ -328,7 +328,7 @@ impl Config {
     /// Returns the largest GPU count of any node a job of `tier` could ever run on, for `gpu_model` (or any).
     pub fn largest_node_gpus(&self, tier: usize, gpu_model: Option<&str>) -> u32 {
         let markets = &self.tiers[tier].markets;
-        let fits = |model: &str| gpu_model.is_none_or(|m| m == model || model == ANY_MODEL);
+        let fits = |model: &str| model == ANY_MODEL || gpu_model.is_none_or(|m| m.split('|').any(|w| w.trim() == model));
         let mut best = 0;
         for pool in self.pools.iter().filter(|p| markets.contains(&p.market)) {
             for n in pool.nodes.iter().filter(|n| fits(&n.gpu_model)) {

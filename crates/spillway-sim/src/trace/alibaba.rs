@@ -16,8 +16,10 @@
 //!   `never scheduled (Pending)`; a pod with no GPUs that also never started counts as `no GPUs requested`.
 //! - GPU-sharing pods (`gpu_milli` < 1000) ask for a fraction of one GPU; they get a whole GPU
 //!   (`gpus` = `num_gpu`, which is 1 for them), so their demand is rounded up.
-//! - `gpu_spec`, when not empty, becomes `gpu_type` verbatim. It may list several acceptable models separated
-//!   by `|` (for example `V100M16|V100M32`); the string is kept as-is for the configuration check to read.
+//! - `gpu_spec` names GPU models of Alibaba's own cluster (`G2`, `T4`, `V100M16|V100M32`, ...). A replay runs
+//!   the pods on another cluster's instance types, which have other names, so it is not carried into `gpu_type`
+//!   (every job may use any GPU). To keep such constraints, convert the trace (`spillway trace convert`) and set
+//!   `gpu_type` (one model or alternatives separated by `|`) to the models of your config.
 //! - `qos` gives the tier: `LS` and `Guaranteed` -> `p0`, `Burstable` -> `p1`, `BE` -> `p2`; any other value
 //!   is an error.
 //! - `workers` is 1; `team`, `interruptible`, `checkpoint_interval_s` and `deadline_s` are absent.
@@ -93,7 +95,7 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
             workers: 1,
             tier: Some(tier.to_string()),
             team: None,
-            gpu_type: row.cell("gpu_spec").map(str::to_string),
+            gpu_type: None,
             interruptible: None,
             checkpoint_interval_s: None,
             deadline_s: None,
@@ -143,10 +145,10 @@ mod tests {
         assert_eq!((j.tier.as_deref(), j.team.clone(), j.gpu_type.clone()), (Some("p2"), None, None));
         let j = &t.jobs[2];
         assert_eq!((j.duration_s, j.gpus, j.tier.as_deref()), (4900.0, 8, Some("p0")));
-        assert_eq!(j.gpu_type.as_deref(), Some("V100M16|V100M32"));
+        assert_eq!(j.gpu_type, None, "gpu_spec names the source cluster's models, not the replay's");
         // Zero run time becomes one second; Burstable is p1.
         assert_eq!((t.jobs[3].duration_s, t.jobs[3].tier.as_deref()), (1.0, Some("p1")));
-        assert_eq!((t.jobs[4].duration_s, t.jobs[4].gpu_type.as_deref()), (290.0, Some("G3")));
+        assert_eq!((t.jobs[4].duration_s, t.jobs[4].gpu_type.as_deref()), (290.0, None));
         assert!(t.jobs.iter().all(|j| j.interruptible.is_none() && j.deadline_s.is_none()));
     }
 
