@@ -33,11 +33,23 @@ pub struct SimOptions {
     pub samples: usize,
     /// Spot capacity traces by offering; offerings a policy's config lacks are ignored in that run.
     pub spot_traces: Vec<crate::spot::OfferingTrace>,
+    /// Told (jobs ended, jobs in all) every few thousand steps, for a progress bar.
+    pub progress: Progress,
+}
+
+/// A progress callback: (jobs ended, jobs in all). The default does nothing.
+#[derive(Clone, Default)]
+pub struct Progress(pub Option<std::sync::Arc<dyn Fn(usize, usize) + Send + Sync>>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Progress(callback)" } else { "Progress(none)" })
+    }
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { seed: 1, record: false, check: Check::Step, samples: 1500, spot_traces: Vec::new() }
+        SimOptions { seed: 1, record: false, check: Check::Step, samples: 1500, spot_traces: Vec::new(), progress: Progress::default() }
     }
 }
 
@@ -209,6 +221,11 @@ impl<'a> Sim<'a> {
                 self.engine.handle_timeout(t);
             }
             self.events += 1;
+            if self.events % 4096 == 0 {
+                if let Some(p) = &self.opts.progress.0 {
+                    p(self.finished, self.jobs.len());
+                }
+            }
             self.drain_actions()?;
             self.check_step()?;
         }

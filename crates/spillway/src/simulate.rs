@@ -76,20 +76,23 @@ pub fn run(args: Args) -> Result<()> {
         skipped: trace.skipped.iter().cloned().collect(),
         total_gpu_hours: jobs.iter().map(|j| (j.spec.gpus_per_worker * j.spec.workers) as f64 * j.duration_ms as f64 / 3.6e6).sum(),
     };
+    let bar = ProgressBar::new(jobs.len() as u64);
+    bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} jobs {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let tick = bar.clone();
+    let progress = spillway_sim::sim::Progress(Some(std::sync::Arc::new(move |done, _| tick.set_position(done as u64))));
     let spot_traces = args.spot_trace.iter().map(|a| spillway_sim::spot::resolve(&cfg, a)).collect::<Result<Vec<_>, _>>()?;
     let opts = SimOptions {
         seed: args.seed,
         record: true,
         check: if args.check_full { Check::Full } else { Check::Step },
         spot_traces,
+        progress,
         ..SimOptions::default()
     };
-    let bar = ProgressBar::new(spillway_sim::policies::POLICIES.len() as u64);
-    bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed}] {bar:20} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
     let started = std::time::Instant::now();
     let cmp = compare(&cfg, &jobs, input, &opts, |policy| {
+        bar.set_position(0);
         bar.set_message(format!("simulating {policy}"));
-        bar.inc(1);
     })?;
     bar.finish_and_clear();
     println!("{} jobs from {} on {} (seed {}), {:.2} s\n", jobs.len(), trace.source, cmp.report.input.config, args.seed, started.elapsed().as_secs_f64());
