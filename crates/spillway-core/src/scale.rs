@@ -44,14 +44,16 @@ pub(crate) fn gpu_price(cfg: &Config, pool: usize) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// A compiled scheduled policy: a cron window that raises a pool's min.
+/// A compiled scheduled policy: a cron window that sets a pool's min, max or desired nodes while open.
 #[derive(Debug, Clone)]
 pub(crate) struct Window {
     pool: usize,
     cron: croner::Cron,
     tz: chrono_tz::Tz,
     duration_ms: i64,
-    min_nodes: u32,
+    min_nodes: Option<u32>,
+    max_nodes: Option<u32>,
+    desired_nodes: Option<u32>,
 }
 
 impl Window {
@@ -66,6 +68,8 @@ impl Window {
                     tz: chrono_tz::Tz::from_str(&s.timezone).ok()?,
                     duration_ms: secs(s.duration_s),
                     min_nodes: s.min_nodes,
+                    max_nodes: s.max_nodes,
+                    desired_nodes: s.desired_nodes,
                 })
             })
             .collect()
@@ -85,19 +89,32 @@ impl Window {
 }
 
 impl Engine {
-    /// Returns the pool's min now: its configured min raised by any open schedule window.
-    pub(crate) fn effective_min(&self, pool: usize, wake: &mut WakeAt) -> u32 {
-        let mut min = self.cfg.pools[pool].min_nodes;
+    /// Returns the pool's (min, max) now: its configured values as set by open schedule windows (a window's
+    /// min or desired raises the min, its max lowers the max; the min never exceeds the max).
+    pub(crate) fn effective_bounds(&self, pool: usize, wake: &mut WakeAt) -> (u32, u32) {
+        let p = &self.cfg.pools[pool];
+        let (mut min, mut max) = (p.min_nodes, p.max_nodes);
         for w in self.schedules.iter().filter(|w| w.pool == pool) {
             let (open, next) = w.state(self.now);
             if let Some(t) = next {
                 wake.at(t.max(self.now + 1));
             }
             if open {
-                min = min.max(w.min_nodes);
+                min = min.max(w.min_nodes.unwrap_or(0)).max(w.desired_nodes.unwrap_or(0));
+                max = max.min(w.max_nodes.unwrap_or(u32::MAX));
             }
         }
-        min
+        (min.min(max), max)
+    }
+
+    /// Returns the pool's min now (see [`Engine::effective_bounds`]).
+    pub(crate) fn effective_min(&self, pool: usize, wake: &mut WakeAt) -> u32 {
+        self.effective_bounds(pool, wake).0
+    }
+
+    /// Returns the pool's max now (see [`Engine::effective_bounds`]).
+    pub(crate) fn effective_max(&self, pool: usize) -> u32 {
+        self.effective_bounds(pool, &mut WakeAt::default()).1
     }
 
     /// Returns the most workers of `g` GPUs (of `model`) one node of the pool's instance types holds.
@@ -115,14 +132,15 @@ impl Engine {
     pub(crate) fn pool_headroom(&self, pool: usize) -> u32 {
         let p = &self.cfg.pools[pool];
         let st = &self.c.pools[pool];
-        if p.market == Market::Fixed || st.alive >= p.max_nodes {
+        let max = self.effective_max(pool);
+        if p.market == Market::Fixed || st.alive >= max {
             return 0;
         }
         if st.last_scale_out.is_some_and(|t| self.now < t + secs(p.scale_out_cooldown_s)) {
             return 0;
         }
         let step = ((st.alive as f64 * p.max_step_fraction).floor() as u32).max(p.min_step_nodes).max(1);
-        step.min(p.max_nodes - st.alive)
+        step.min(max - st.alive)
     }
 
     /// Returns the cheapest instance type of `pool` that holds workers of `gpus` GPUs of `model`, is not backed
@@ -280,7 +298,7 @@ impl Engine {
                 // Workers that ready, booting and planned nodes cannot hold: what new nodes must. A gang claims the
                 // ready nodes it counts on only where the pool can still grow for the rest, and not in a pool an
                 // earlier job is starving in (there scale-in must be free to swap nodes).
-                let room = self.cfg.pools[p].max_nodes.saturating_sub(self.c.pools[p].alive + planned[p]);
+                let room = self.effective_max(p).saturating_sub(self.c.pools[p].alive + planned[p]);
                 let free_pool = !starved.contains_key(&p);
                 let claim = |left: u32| free_pool && (left == 0 || room > 0);
                 let left = fits_virtual(&mut virt[p], &claim, &mut claimed);
@@ -420,17 +438,19 @@ impl Engine {
             let swap = swap_below.is_some();
             let min = if swap { self.effective_min(p, wake).min(self.c.pools[p].alive.saturating_sub(1)) } else { self.effective_min(p, wake) };
             let st = &self.c.pools[p];
+            // Idle nodes above a scheduled max go at once (no idle timeout, no cooldown).
+            let over_max = st.alive.saturating_sub(self.effective_max(p)) as usize;
             if st.alive <= min || cfg.scale_in_protection {
                 continue;
             }
-            if let Some(end) = st.last_scale_in.map(|t| t + secs(cfg.scale_in_cooldown_s)).filter(|&e| e > now) {
+            if let Some(end) = st.last_scale_in.map(|t| t + secs(cfg.scale_in_cooldown_s)).filter(|&e| e > now && over_max == 0) {
                 wake.at(end);
                 continue;
             }
             let timeout = secs(cfg.idle_timeout_s);
             let mut remove = Vec::new();
             for &(since, n) in &st.idle {
-                if since + timeout > now {
+                if since + timeout > now && remove.len() >= over_max {
                     wake.at(since + timeout);
                     break;
                 }

@@ -179,7 +179,8 @@ pub struct Pool {
     pub interruption_rate_per_hour: f64,
 }
 
-/// A scheduled policy: a cron window (in an IANA time zone) during which a pool keeps at least `min_nodes`.
+/// A scheduled policy: a cron window (in an IANA time zone) that sets a pool's min, max and/or desired nodes
+/// while it is open; when it closes the pool's own values apply again.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Schedule {
@@ -190,7 +191,15 @@ pub struct Schedule {
     pub timezone: String,
     /// How long the window stays open.
     pub duration_s: f64,
-    pub min_nodes: u32,
+    /// The pool keeps at least this many nodes in the window.
+    #[serde(default)]
+    pub min_nodes: Option<u32>,
+    /// The pool holds at most this many nodes in the window (idle nodes above it go at once).
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
+    /// The pool is brought to at least this many nodes when the window opens (other policies may add more).
+    #[serde(default)]
+    pub desired_nodes: Option<u32>,
 }
 
 /// Engine-wide policy switches and limits.

@@ -262,8 +262,17 @@ fn check_schedules(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
         if !(s.duration_s > 0.0 && s.duration_s.is_finite()) {
             return Err(e("duration_s", format!("must be > 0, got {}", s.duration_s)));
         }
-        if s.min_nodes > pool.max_nodes {
-            return Err(e("min_nodes", format!("min_nodes {} > pool `{}` max_nodes {}", s.min_nodes, s.pool, pool.max_nodes)));
+        if s.min_nodes.is_none() && s.max_nodes.is_none() && s.desired_nodes.is_none() {
+            return Err(e("", "a schedule sets min_nodes, max_nodes or desired_nodes".into()));
+        }
+        for (key, v) in [("min_nodes", s.min_nodes), ("max_nodes", s.max_nodes), ("desired_nodes", s.desired_nodes)] {
+            if let Some(v) = v.filter(|&v| v > pool.max_nodes) {
+                return Err(e(key, format!("{key} {v} > pool `{}` max_nodes {}", s.pool, pool.max_nodes)));
+            }
+        }
+        let max = s.max_nodes.unwrap_or(pool.max_nodes);
+        if let Some(v) = s.min_nodes.into_iter().chain(s.desired_nodes).find(|&v| v > max) {
+            return Err(e("max_nodes", format!("max_nodes {max} is below the schedule's min or desired {v}")));
         }
     }
     Ok(())
