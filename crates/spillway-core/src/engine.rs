@@ -377,7 +377,7 @@ impl Engine {
             let t = &self.cfg.tiers[j.tier];
             let checkpoint = j.checkpoint_interval_ms.is_some() && crate::time::secs(t.checkpoint_time_s) <= notice_ms;
             // A job with a deadline and a duration leaves spot by its slack (the scheduler), not by a count.
-            let deadline_governs = j.spec.deadline.is_some() && j.spec.expected_duration_ms.is_some();
+            let deadline_governs = j.deadline_governs();
             let too_many = t.max_spot_interruptions.is_some_and(|m| j.interruptions >= m);
             if too_many && !deadline_governs && t.markets.contains(&crate::Market::OnDemand) {
                 j.interruptible = false;

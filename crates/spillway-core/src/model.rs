@@ -89,6 +89,12 @@ impl Job {
         self.spec.gpus_per_worker * self.spec.workers
     }
 
+    /// Returns whether the job's deadline decides its use of spot (it has a deadline and a declared duration),
+    /// rather than waits and interruption counts.
+    pub fn deadline_governs(&self) -> bool {
+        self.spec.deadline.is_some() && self.spec.expected_duration_ms.is_some()
+    }
+
     /// Returns the work still to do, when the job declared its duration.
     pub fn remaining_work_ms(&self, now: Time) -> Option<Millis> {
         let running = self.attempt_start.map_or(0, |s| (now - s).max(0));

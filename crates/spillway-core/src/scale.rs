@@ -248,7 +248,7 @@ impl Engine {
             let tier = &self.cfg.tiers[job.tier];
             let has_spot = job.interruptible && tier.markets.contains(&Market::Spot);
             // A job with a deadline leaves spot when its slack says so (the scheduler pins it), not after a wait.
-            let deadline_governs = job.spec.deadline.is_some() && job.spec.expected_duration_ms.is_some();
+            let deadline_governs = job.deadline_governs();
             let fallback_s = if deadline_governs { 1e12 } else { tier.spot_fallback_after_s.min(1e12) };
             let fallback_at = job.queued_since + secs(fallback_s);
             let access = if is_shadow { Access::spot_only() } else { Access::of(job, now) };

@@ -72,7 +72,7 @@ impl Access {
             && match job.uniform_progress {
                 true => uniform_progress_at(job).is_some_and(|t| now < t),
                 // Greedy: spot until the slack runs out and the job is pinned.
-                false => job.spec.deadline.is_some() && job.spec.expected_duration_ms.is_some(),
+                false => job.deadline_governs(),
             };
         Access { spot: job.interruptible, on_demand: !waits_for_spot && !back_on_spot }
     }
