@@ -29,6 +29,8 @@ pub struct PoolState {
     pub idle: BTreeSet<(Time, NodeId)>,
     /// Ready nodes (so scans never walk nodes that are gone).
     pub ready: BTreeSet<NodeId>,
+    /// The nodes metric policies (target tracking) want now; it raises the pool's min.
+    pub policy_min: u32,
 }
 
 /// Counters reported at the end of a run.
@@ -142,6 +144,7 @@ impl Cluster {
             ready_at: None,
             ended_at: None,
             idle_since: None,
+            gpu_utilization: None,
             protected: false,
         });
         self.pools[pool].alive += 1;

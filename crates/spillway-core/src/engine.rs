@@ -207,6 +207,13 @@ impl Engine {
                     j.last_checkpoint = Some(now);
                 }
             }
+            Event::MetricSample { node, gpu_utilization } => {
+                self.node(node)?;
+                // Bad samples (NaN, out of range) are dropped rather than steering the pool.
+                if gpu_utilization.is_finite() {
+                    self.c.nodes[node.0 as usize].gpu_utilization = Some(gpu_utilization.clamp(0.0, 1.0));
+                }
+            }
             Event::SetNodeProtection { node, protected } => {
                 self.node(node)?;
                 self.c.nodes[node.0 as usize].protected = protected;
@@ -271,6 +278,7 @@ impl Engine {
 
     fn decide(&mut self) {
         let mut wake = WakeAt::default();
+        self.track_targets();
         let mut blocked = self.schedule(&mut wake);
         // Jobs moved back to spot need spot capacity now, like any blocked job; jobs that want to move get spot
         // capacity bought first (shadow demand) and move once it is ready.

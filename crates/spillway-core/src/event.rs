@@ -31,6 +31,8 @@ pub enum Event {
     JobExited { job: JobId, attempt: u32, success: bool },
     /// A job reported a finished checkpoint in its current attempt.
     CheckpointDone { job: JobId, attempt: u32 },
+    /// A node reported its GPU utilization (0-1), for metric-driven scaling.
+    MetricSample { node: NodeId, gpu_utilization: f64 },
     /// A user protected (or unprotected) a node from scale-in.
     SetNodeProtection { node: NodeId, protected: bool },
     /// A user cancelled a job.

@@ -192,6 +192,8 @@ pub struct Node {
     pub ended_at: Option<Time>,
     /// When the node last became empty (while ready).
     pub idle_since: Option<Time>,
+    /// The node's last reported GPU utilization (0-1).
+    pub gpu_utilization: Option<f64>,
     pub protected: bool,
 }
 

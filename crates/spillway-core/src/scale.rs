@@ -93,7 +93,7 @@ impl Engine {
     /// min or desired raises the min, its max lowers the max; the min never exceeds the max).
     pub(crate) fn effective_bounds(&self, pool: usize, wake: &mut WakeAt) -> (u32, u32) {
         let p = &self.cfg.pools[pool];
-        let (mut min, mut max) = (p.min_nodes, p.max_nodes);
+        let (mut min, mut max) = (p.min_nodes.max(self.c.pools[pool].policy_min), p.max_nodes);
         for w in self.schedules.iter().filter(|w| w.pool == pool) {
             let (open, next) = w.state(self.now);
             if let Some(t) = next {
@@ -105,6 +105,41 @@ impl Engine {
             }
         }
         (min.min(max), max)
+    }
+
+    /// Updates each target-tracking pool's wanted nodes from its nodes' utilization (AWS's rule: ceil(nodes x
+    /// metric / target); no scale-in while nodes warm up). It acts as a min: scale-out buys up to it, and idle
+    /// nodes are kept while it holds them. Records changes.
+    pub(crate) fn track_targets(&mut self) {
+        for p in 0..self.cfg.pools.len() {
+            let pool = &self.cfg.pools[p];
+            let Some(target) = pool.target_gpu_utilization else { continue };
+            let policy = crate::autoscale::target_tracking::TargetTracking {
+                metric: "gpu_utilization".into(),
+                target,
+                warmup_s: pool.utilization_warmup_s,
+                scale_in_cooldown_s: pool.scale_in_cooldown_s,
+                scale_out_cooldown_s: pool.scale_out_cooldown_s,
+            };
+            let st = &self.c.pools[p];
+            let samples: Vec<crate::autoscale::target_tracking::NodeSample> = st
+                .ready
+                .iter()
+                .map(|n| &self.c.nodes[n.0 as usize])
+                .map(|n| crate::autoscale::target_tracking::NodeSample {
+                    launched_at: n.ready_at.unwrap_or(n.requested_at),
+                    value: n.gpu_utilization.unwrap_or(f64::NAN),
+                })
+                .collect();
+            let want = policy.propose(st.alive, &samples, self.now).map_or(0, |pr| pr.desired_nodes.min(pool.max_nodes));
+            if want != st.policy_min {
+                let (old, name) = (st.policy_min, pool.name.clone());
+                self.c.pools[p].policy_min = want;
+                self.record(DecisionKind::NodeKept, || format!("pool:{name}"), "target_tracking", || {
+                    format!("target tracking wants {want} node(s) (was {old}) to hold GPU utilization at {target}")
+                });
+            }
+        }
     }
 
     /// Returns the pool's min now (see [`Engine::effective_bounds`]).

@@ -12,6 +12,19 @@ use spillway_core::{Action, Config, Decision, Engine, Event, JobId, JobState, La
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
+/// How often nodes of target-tracking pools report GPU utilization.
+const METRIC_PERIOD_MS: Millis = 60_000;
+
+/// Returns the GPU utilization a job keeps while it runs, in [0.5, 0.95): drawn from the seed and the job's id by
+/// hashing, so it does not disturb the simulator's random stream (boot latencies stay the same).
+pub fn job_utilization(seed: u64, job: JobId) -> f64 {
+    let mut x = seed ^ (job.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    0.5 + 0.45 * (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// How much checking to do after each step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Check {
@@ -65,6 +78,8 @@ enum SimEvent {
     Notice(NodeId),
     /// The cloud takes a node it announced.
     Reclaim(NodeId),
+    /// Nodes of target-tracking pools report their GPU utilization.
+    Metrics,
     Sample,
 }
 
@@ -177,6 +192,9 @@ impl<'a> Sim<'a> {
         for k in 0..s.traces.len() {
             s.push(t0, SimEvent::Capacity(k));
         }
+        if cfg.pools.iter().any(|p| p.target_gpu_utilization.is_some()) {
+            s.push(t0 + METRIC_PERIOD_MS, SimEvent::Metrics);
+        }
         s
     }
 
@@ -268,7 +286,7 @@ impl<'a> Sim<'a> {
     fn stalled(&self) -> bool {
         self.running_gpus == 0
             && self.engine.poll_timeout().is_none()
-            && self.heap.iter().all(|Reverse((_, _, e))| matches!(e, SimEvent::Sample | SimEvent::Capacity(_)))
+            && self.heap.iter().all(|Reverse((_, _, e))| matches!(e, SimEvent::Sample | SimEvent::Capacity(_) | SimEvent::Metrics))
             && self.engine.cluster().pools.iter().all(|p| p.requested.is_empty())
     }
 
@@ -300,6 +318,10 @@ impl<'a> Sim<'a> {
             }
             SimEvent::Capacity(k) => return self.capacity_change(k),
             SimEvent::Notice(node) => return self.notice(node),
+            SimEvent::Metrics => {
+                self.push(now + METRIC_PERIOD_MS, SimEvent::Metrics);
+                return self.report_metrics();
+            }
             SimEvent::Reclaim(node) => {
                 self.noticed.remove(&node);
                 let alive = self.engine.cluster().nodes[node.0 as usize].alive();
@@ -430,6 +452,32 @@ impl<'a> Sim<'a> {
         let excess = live.len().saturating_sub(cap as usize);
         for &node in live.iter().rev().take(excess) {
             self.notice(node)?;
+        }
+        Ok(())
+    }
+
+    /// Sends a utilization sample for every ready node of a target-tracking pool: the GPU-weighted utilization of
+    /// its jobs, idle GPUs counting 0.
+    fn report_metrics(&mut self) -> Result<(), SimError> {
+        let mut samples = Vec::new();
+        let c = self.engine.cluster();
+        for (p, pool) in self.cfg.pools.iter().enumerate().filter(|(_, p)| p.target_gpu_utilization.is_some()) {
+            let _ = pool;
+            for &n in &c.pools[p].ready {
+                let node = &c.nodes[n.0 as usize];
+                let busy: f64 = node
+                    .jobs
+                    .iter()
+                    .map(|&j| {
+                        let held: u32 = c.jobs[j.0 as usize].placement.iter().filter(|(m, _)| *m == n).map(|(_, g)| g).sum();
+                        held as f64 * job_utilization(self.opts.seed, j)
+                    })
+                    .sum();
+                samples.push((n, busy / node.gpus.max(1) as f64));
+            }
+        }
+        for (node, gpu_utilization) in samples {
+            self.engine.handle_event(self.now, Event::MetricSample { node, gpu_utilization }).map_err(|e| self.broken(e.to_string()))?;
         }
         Ok(())
     }

@@ -177,6 +177,13 @@ pub struct Pool {
     /// Simulator: Poisson interruptions per node-hour of each spot node (0: none unless a trace drives them).
     #[serde(default)]
     pub interruption_rate_per_hour: f64,
+    /// Target tracking: hold the pool's average GPU utilization (0-1, from `MetricSample` events) at this value;
+    /// its proposal raises the pool's min (queue-driven scaling still adds what waiting jobs need).
+    #[serde(default)]
+    pub target_gpu_utilization: Option<f64>,
+    /// Seconds after a node is ready before its utilization counts for target tracking.
+    #[serde(default = "default_warmup_s")]
+    pub utilization_warmup_s: f64,
 }
 
 /// A scheduled policy: a cron window (in an IANA time zone) that sets a pool's min, max and/or desired nodes
@@ -434,6 +441,9 @@ fn default_in_cooldown_s() -> f64 {
 }
 fn default_jitter() -> f64 {
     0.25
+}
+fn default_warmup_s() -> f64 {
+    300.0
 }
 fn default_notice_s() -> f64 {
     120.0

@@ -231,6 +231,9 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
                 return Err(e(i, key, format!("must be a finite number >= 0, got {v}")));
             }
         }
+        if p.target_gpu_utilization.is_some_and(|t| !(t > 0.0 && t <= 1.0)) {
+            return Err(e(i, "target_gpu_utilization", "must be a share in (0, 1]".into()));
+        }
         if !(0.0..=1.0).contains(&p.launch_failure_rate) {
             return Err(e(i, "launch_failure_rate", "must be a probability in [0, 1]".into()));
         }
