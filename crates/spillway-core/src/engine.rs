@@ -84,6 +84,8 @@ pub struct Engine {
     /// Per tier: pools the tier may use, fixed first, then cheapest price per GPU-hour first.
     pub(crate) pool_order: Vec<Vec<usize>>,
     pub(crate) schedules: Vec<crate::scale::Window>,
+    /// Per pool: step-scaling policy and its band state (pools without bands have none).
+    pub(crate) steps: Vec<Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)>>,
     dirty: bool,
     pub(crate) next_wake: Option<Time>,
 }
@@ -94,6 +96,7 @@ impl Engine {
         let c = Cluster::new(&cfg, now);
         let pool_order = (0..cfg.tiers.len()).map(|t| crate::scale::pool_order(&cfg, t)).collect();
         let schedules = crate::scale::Window::compile(&cfg);
+        let steps = cfg.pools.iter().map(crate::scale::step_policy).collect();
         Engine {
             queue: Queue::new(cfg.tiers.len()),
             cfg,
@@ -103,6 +106,7 @@ impl Engine {
             record: true,
             pool_order,
             schedules,
+            steps,
             dirty: true,
             next_wake: None,
         }

@@ -184,6 +184,21 @@ pub struct Pool {
     /// Seconds after a node is ready before its utilization counts for target tracking.
     #[serde(default = "default_warmup_s")]
     pub utilization_warmup_s: f64,
+    /// Step scaling on the pool's average GPU utilization: bands held for a period add or remove nodes.
+    #[serde(default)]
+    pub step_scaling: Vec<StepBandConfig>,
+}
+
+/// A step-scaling band: when the pool's average GPU utilization stays `above` (or `below`) a value for `hold_s`,
+/// add `adjust_nodes` nodes (negative: remove).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StepBandConfig {
+    pub above: Option<f64>,
+    pub below: Option<f64>,
+    #[serde(default = "default_hold_s")]
+    pub hold_s: f64,
+    pub adjust_nodes: i32,
 }
 
 /// A scheduled policy: a cron window (in an IANA time zone) that sets a pool's min, max and/or desired nodes
@@ -441,6 +456,9 @@ fn default_in_cooldown_s() -> f64 {
 }
 fn default_jitter() -> f64 {
     0.25
+}
+fn default_hold_s() -> f64 {
+    300.0
 }
 fn default_warmup_s() -> f64 {
     300.0

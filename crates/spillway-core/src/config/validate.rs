@@ -231,6 +231,14 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
                 return Err(e(i, key, format!("must be a finite number >= 0, got {v}")));
             }
         }
+        for b in &p.step_scaling {
+            if b.above.is_some() == b.below.is_some() {
+                return Err(e(i, "step_scaling", "each band sets exactly one of `above` or `below`".into()));
+            }
+            if !(b.hold_s >= 0.0 && b.hold_s.is_finite()) || b.adjust_nodes == 0 {
+                return Err(e(i, "step_scaling", "a band needs hold_s >= 0 and a non-zero adjust_nodes".into()));
+            }
+        }
         if p.target_gpu_utilization.is_some_and(|t| !(t > 0.0 && t <= 1.0)) {
             return Err(e(i, "target_gpu_utilization", "must be a share in (0, 1]".into()));
         }
