@@ -86,6 +86,8 @@ pub struct Engine {
     pub(crate) schedules: Vec<crate::scale::Window>,
     /// Per pool: step-scaling policy and its band state (pools without bands have none).
     pub(crate) steps: Vec<Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)>>,
+    /// Per pool: demand history and forecaster for predictive scaling.
+    pub(crate) history: Vec<crate::policies::DemandHistory>,
     dirty: bool,
     pub(crate) next_wake: Option<Time>,
 }
@@ -96,7 +98,8 @@ impl Engine {
         let c = Cluster::new(&cfg, now);
         let pool_order = (0..cfg.tiers.len()).map(|t| crate::scale::pool_order(&cfg, t)).collect();
         let schedules = crate::scale::Window::compile(&cfg);
-        let steps = cfg.pools.iter().map(crate::scale::step_policy).collect();
+        let steps = cfg.pools.iter().map(crate::policies::step_policy).collect();
+        let history = vec![crate::policies::DemandHistory::default(); cfg.pools.len()];
         Engine {
             queue: Queue::new(cfg.tiers.len()),
             cfg,
@@ -107,6 +110,7 @@ impl Engine {
             pool_order,
             schedules,
             steps,
+            history,
             dirty: true,
             next_wake: None,
         }
@@ -282,7 +286,7 @@ impl Engine {
 
     fn decide(&mut self) {
         let mut wake = WakeAt::default();
-        self.track_targets();
+        self.track_targets(&mut wake);
         let mut blocked = self.schedule(&mut wake);
         // Jobs moved back to spot need spot capacity now, like any blocked job; jobs that want to move get spot
         // capacity bought first (shadow demand) and move once it is ready.

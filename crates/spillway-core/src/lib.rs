@@ -11,6 +11,7 @@ mod invariants;
 pub mod ledger;
 pub mod model;
 pub mod queue;
+mod policies;
 mod rebalance;
 mod scale;
 mod schedule;

@@ -14,33 +14,6 @@ use std::str::FromStr;
 /// Most ready nodes per pool whose free GPUs the scale-out estimate counts (the fullest-free first).
 const VIRTUAL_READY_NODES: usize = 64;
 
-/// Returns a pool's step-scaling policy (cooldowns from the pool) with fresh band state, or `None` without bands.
-pub(crate) fn step_policy(
-    pool: &crate::config::Pool,
-) -> Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)> {
-    use crate::autoscale::step_scaling::{Bound, StepBand, StepScaling, StepState};
-    if pool.step_scaling.is_empty() {
-        return None;
-    }
-    let bands = pool
-        .step_scaling
-        .iter()
-        .map(|b| StepBand {
-            when: b.above.map_or_else(|| Bound::Below(b.below.unwrap_or(0.0)), Bound::Above),
-            hold_s: b.hold_s,
-            adjust_nodes: b.adjust_nodes,
-        })
-        .collect();
-    let policy = StepScaling {
-        metric: "gpu_utilization".into(),
-        bands,
-        scale_out_cooldown_s: pool.scale_out_cooldown_s,
-        scale_in_cooldown_s: pool.scale_in_cooldown_s,
-    };
-    let state = StepState::new(&policy);
-    Some((policy, state))
-}
-
 /// Returns the pools `tier` may use in placement order: fixed first, then cheapest price per GPU-hour.
 pub(crate) fn pool_order(cfg: &Config, tier: usize) -> Vec<usize> {
     let markets = &cfg.tiers[tier].markets;
@@ -132,56 +105,6 @@ impl Engine {
             }
         }
         (min.min(max), max)
-    }
-
-    /// Updates each metric-driven pool's wanted nodes from its nodes' GPU utilization: target tracking (AWS's
-    /// rule: ceil(nodes x metric / target), no scale-in while nodes warm up) and step scaling (bands held for a
-    /// period), combined so that any policy may scale out and all must agree to scale in. The result acts as the
-    /// pool's min: scale-out buys up to it, idle nodes are kept while it holds them. Records the winning policy.
-    pub(crate) fn track_targets(&mut self) {
-        use crate::autoscale::step_scaling::StepOutcome;
-        use crate::autoscale::target_tracking::{NodeSample, ScaleTimes, TargetTracking, warm_average};
-        for p in 0..self.cfg.pools.len() {
-            let pool = &self.cfg.pools[p];
-            if pool.target_gpu_utilization.is_none() && self.steps[p].is_none() {
-                continue;
-            }
-            let st = &self.c.pools[p];
-            let samples: Vec<NodeSample> = st
-                .ready
-                .iter()
-                .map(|n| &self.c.nodes[n.0 as usize])
-                .map(|n| NodeSample { launched_at: n.ready_at.unwrap_or(n.requested_at), value: n.gpu_utilization.unwrap_or(f64::NAN) })
-                .collect();
-            let mut proposals = Vec::new();
-            if let Some(target) = pool.target_gpu_utilization {
-                let policy = TargetTracking {
-                    metric: "gpu_utilization".into(),
-                    target,
-                    warmup_s: pool.utilization_warmup_s,
-                    scale_in_cooldown_s: pool.scale_in_cooldown_s,
-                    scale_out_cooldown_s: pool.scale_out_cooldown_s,
-                };
-                // The load is what ready nodes carry: size from them, not from nodes still booting (which would
-                // count the same load twice while they come up).
-                proposals.extend(policy.propose(samples.len() as u32, &samples, self.now));
-            }
-            let (alive, last) = (st.alive, ScaleTimes { last_out: st.last_scale_out, last_in: st.last_scale_in });
-            let mean = warm_average(&samples, self.now, pool.utilization_warmup_s).mean;
-            if let (Some((policy, state)), Some(mean)) = (self.steps[p].as_mut(), mean) {
-                let outcome = state.observe(policy, self.now, mean, last);
-                if outcome != StepOutcome::Quiet {
-                    proposals.push(policy.propose(alive, outcome));
-                }
-            }
-            let decision = crate::autoscale::combine(&proposals, alive);
-            let want = if proposals.is_empty() { 0 } else { decision.desired_nodes.min(pool.max_nodes) };
-            if want != self.c.pools[p].policy_min {
-                let name = pool.name.clone();
-                self.c.pools[p].policy_min = want;
-                self.record(DecisionKind::NodeKept, || format!("pool:{name}"), decision.code.as_str(), || decision.detail);
-            }
-        }
     }
 
     /// Returns the pool's min now (see [`Engine::effective_bounds`]).

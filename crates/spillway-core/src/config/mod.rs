@@ -187,6 +187,31 @@ pub struct Pool {
     /// Step scaling on the pool's average GPU utilization: bands held for a period add or remove nodes.
     #[serde(default)]
     pub step_scaling: Vec<StepBandConfig>,
+    /// Predictive scaling from a forecast of the pool's GPU demand.
+    #[serde(default)]
+    pub predictive: Option<PredictiveConfig>,
+}
+
+/// Whether predictive scaling acts or only records what it would do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PredictiveMode {
+    #[default]
+    Act,
+    ForecastOnly,
+}
+
+/// Predictive scaling of a pool: demand is bucketed, forecast (chosen by validation error against a
+/// seasonal-naive reference) and acted on one boot latency plus `buffer_s` ahead, after a day of history.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PredictiveConfig {
+    #[serde(default)]
+    pub mode: PredictiveMode,
+    #[serde(default = "default_buffer_s")]
+    pub buffer_s: f64,
+    #[serde(default = "default_bucket_s")]
+    pub bucket_s: f64,
 }
 
 /// A step-scaling band: when the pool's average GPU utilization stays `above` (or `below`) a value for `hold_s`,
@@ -456,6 +481,12 @@ fn default_in_cooldown_s() -> f64 {
 }
 fn default_jitter() -> f64 {
     0.25
+}
+fn default_buffer_s() -> f64 {
+    300.0
+}
+fn default_bucket_s() -> f64 {
+    600.0
 }
 fn default_hold_s() -> f64 {
     300.0

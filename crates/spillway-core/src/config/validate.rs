@@ -231,6 +231,14 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
                 return Err(e(i, key, format!("must be a finite number >= 0, got {v}")));
             }
         }
+        if let Some(pr) = &p.predictive {
+            if crate::autoscale::forecast::steps_per_day(pr.bucket_s).is_err() {
+                return Err(e(i, "predictive", format!("bucket_s {} must divide a day into at least 2 buckets", pr.bucket_s)));
+            }
+            if !(pr.buffer_s >= 0.0 && pr.buffer_s.is_finite()) {
+                return Err(e(i, "predictive", "buffer_s must be a finite number >= 0".into()));
+            }
+        }
         for b in &p.step_scaling {
             if b.above.is_some() == b.below.is_some() {
                 return Err(e(i, "step_scaling", "each band sets exactly one of `above` or `below`".into()));

@@ -1,0 +1,159 @@
+//! Metric-driven and predictive scaling policies of a pool: target tracking and step scaling on GPU utilization
+//! (from `MetricSample` events) and a forecast of the pool's GPU demand, acted on one boot latency (plus a buffer)
+//! ahead. Their proposals combine into one wanted size (any policy may scale out, all must agree to scale in),
+//! which acts as the pool's min; the decision record names the winning policy.
+
+use crate::autoscale::Proposal;
+use crate::autoscale::forecast::{Model, fit, steps_per_day};
+use crate::config::{Pool, PredictiveMode};
+use crate::engine::{Engine, WakeAt};
+use crate::event::DecisionKind;
+use crate::time::{Time, secs};
+
+/// Per pool: the demand history in buckets and the fitted forecaster.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DemandHistory {
+    bucket_start: Option<Time>,
+    bucket_max: f64,
+    values: Vec<f64>,
+    model: Option<Model>,
+    fitted_at: usize,
+}
+
+impl Engine {
+    /// Updates each metric-driven pool's wanted nodes from its nodes' GPU utilization: target tracking (AWS's
+    /// rule: ceil(nodes x metric / target), no scale-in while nodes warm up) and step scaling (bands held for a
+    /// period), combined so that any policy may scale out and all must agree to scale in. The result acts as the
+    /// pool's min: scale-out buys up to it, idle nodes are kept while it holds them. Records the winning policy.
+    pub(crate) fn track_targets(&mut self, wake: &mut WakeAt) {
+        use crate::autoscale::step_scaling::StepOutcome;
+        use crate::autoscale::target_tracking::{NodeSample, ScaleTimes, TargetTracking, warm_average};
+        for p in 0..self.cfg.pools.len() {
+            let pool = &self.cfg.pools[p];
+            if pool.target_gpu_utilization.is_none() && self.steps[p].is_none() && pool.predictive.is_none() {
+                continue;
+            }
+            let st = &self.c.pools[p];
+            let samples: Vec<NodeSample> = st
+                .ready
+                .iter()
+                .map(|n| &self.c.nodes[n.0 as usize])
+                .map(|n| NodeSample { launched_at: n.ready_at.unwrap_or(n.requested_at), value: n.gpu_utilization.unwrap_or(f64::NAN) })
+                .collect();
+            let mut proposals = Vec::new();
+            if let Some(target) = pool.target_gpu_utilization {
+                let policy = TargetTracking {
+                    metric: "gpu_utilization".into(),
+                    target,
+                    warmup_s: pool.utilization_warmup_s,
+                    scale_in_cooldown_s: pool.scale_in_cooldown_s,
+                    scale_out_cooldown_s: pool.scale_out_cooldown_s,
+                };
+                // The load is what ready nodes carry: size from them, not from nodes still booting (which would
+                // count the same load twice while they come up).
+                proposals.extend(policy.propose(samples.len() as u32, &samples, self.now));
+            }
+            let (alive, last) = (st.alive, ScaleTimes { last_out: st.last_scale_out, last_in: st.last_scale_in });
+            let mean = warm_average(&samples, self.now, pool.utilization_warmup_s).mean;
+            if let (Some((policy, state)), Some(mean)) = (self.steps[p].as_mut(), mean) {
+                let outcome = state.observe(policy, self.now, mean, last);
+                if outcome != StepOutcome::Quiet {
+                    proposals.push(policy.propose(alive, outcome));
+                }
+            }
+            let (max, name) = (pool.max_nodes, pool.name.clone());
+            proposals.extend(self.predict(p, wake));
+            let decision = crate::autoscale::combine(&proposals, alive);
+            let want = if proposals.is_empty() { 0 } else { decision.desired_nodes.min(max) };
+            if want != self.c.pools[p].policy_min {
+                self.c.pools[p].policy_min = want;
+                self.record(DecisionKind::NodeKept, || format!("pool:{name}"), decision.code.as_str(), || decision.detail);
+            }
+        }
+    }
+
+    /// Records the pool's GPU demand (busy GPUs on ready nodes plus GPUs of nodes being bought) into its bucket
+    /// history, refits the forecaster daily once a day of history exists, and returns a proposal when the
+    /// forecast over the next boot latency plus buffer needs more nodes than the pool has (never a scale-in: a
+    /// forecast alone does not remove capacity). In forecast-only mode it records what it would do instead.
+    fn predict(&mut self, p: usize, wake: &mut WakeAt) -> Option<Proposal> {
+        let cfg = self.cfg.pools[p].predictive.clone()?;
+        let (now, bucket) = (self.now, secs(cfg.bucket_s));
+        let st = &self.c.pools[p];
+        let busy: u32 = st.ready.iter().map(|n| self.c.nodes[n.0 as usize].used).sum::<u32>()
+            + st.requested.iter().map(|n| self.c.nodes[n.0 as usize].gpus).sum::<u32>();
+        let day = steps_per_day(cfg.bucket_s).ok()?;
+        let h = &mut self.history[p];
+        let start = *h.bucket_start.get_or_insert(now);
+        h.bucket_max = h.bucket_max.max(busy as f64);
+        if now >= start + bucket {
+            // Close the bucket (and any skipped ones, which held the same demand).
+            let closed = ((now - start) / bucket) as usize;
+            for _ in 0..closed {
+                h.values.push(h.bucket_max);
+                if let Some(m) = h.model.as_mut() {
+                    m.observe(h.bucket_max);
+                }
+            }
+            h.bucket_start = Some(start + closed as i64 * bucket);
+            h.bucket_max = busy as f64;
+            if h.values.len() >= day && (h.model.is_none() || h.values.len() >= h.fitted_at + day) {
+                h.model = fit(&h.values, cfg.bucket_s).ok();
+                h.fitted_at = h.values.len();
+            }
+        }
+        wake.at(h.bucket_start.unwrap_or(now) + bucket);
+        let model = h.model.as_ref()?;
+        let pool = &self.cfg.pools[p];
+        let lead_s = pool.boot_latency_s + cfg.buffer_s;
+        // The forecast starts at the bucket now open; look past it by the lead time.
+        let steps = (lead_s / cfg.bucket_s).ceil() as usize + 1;
+        let peak = model.forecast(steps).into_iter().fold(0.0f64, f64::max);
+        let node_gpus = node_gpus(self, pool).max(1);
+        let want = ((peak / node_gpus as f64).ceil() as u32).min(pool.max_nodes);
+        let alive = self.c.pools[p].alive;
+        if want <= alive {
+            return None;
+        }
+        let detail = format!("forecast peak {peak:.1} GPUs within {lead_s:.0} s ({} x {node_gpus}-GPU nodes)", want);
+        if cfg.mode == PredictiveMode::ForecastOnly {
+            let name = pool.name.clone();
+            self.record(DecisionKind::NodeKept, || format!("pool:{name}"), "forecast_only", || format!("would scale to {want}: {detail}"));
+            return None;
+        }
+        Some(Proposal { policy: "predictive".into(), desired_nodes: want, detail })
+    }
+}
+
+/// Returns the GPUs of a node of the pool's first (preferred) instance type.
+fn node_gpus(e: &Engine, pool: &Pool) -> u32 {
+    pool.instance_types.first().and_then(|n| e.cfg.instance_type_index(n)).map_or(1, |i| e.cfg.instance_types[i].gpus)
+}
+
+/// Returns a pool's step-scaling policy (cooldowns from the pool) with fresh band state, or `None` without bands.
+pub(crate) fn step_policy(
+    pool: &crate::config::Pool,
+) -> Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)> {
+    use crate::autoscale::step_scaling::{Bound, StepBand, StepScaling, StepState};
+    if pool.step_scaling.is_empty() {
+        return None;
+    }
+    let bands = pool
+        .step_scaling
+        .iter()
+        .map(|b| StepBand {
+            when: b.above.map_or_else(|| Bound::Below(b.below.unwrap_or(0.0)), Bound::Above),
+            hold_s: b.hold_s,
+            adjust_nodes: b.adjust_nodes,
+        })
+        .collect();
+    let policy = StepScaling {
+        metric: "gpu_utilization".into(),
+        bands,
+        scale_out_cooldown_s: pool.scale_out_cooldown_s,
+        scale_in_cooldown_s: pool.scale_in_cooldown_s,
+    };
+    let state = StepState::new(&policy);
+    Some((policy, state))
+}
+
