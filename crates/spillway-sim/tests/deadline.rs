@@ -102,18 +102,3 @@ fn a_deadline_job_never_misses_and_never_costs_more_than_on_demand() {
     }
 }
 
-#[test]
-#[ignore]
-fn debug_one() {
-    let Some(files) = traces() else { return };
-    let f = files.iter().find(|f| f.to_string_lossy().contains("2a_v100_8")).unwrap();
-    let cfg = Config::parse("deadline.toml", CONFIG).unwrap();
-    let duration = secs(40.0 * 3600.0);
-    let spec = spillway_core::JobSpec { name: "train".into(), tier: "p1".into(), team: "default".into(), gpus_per_worker: 8, workers: 1, gpu_model: None, interruptible: Some(true), checkpoint_interval_ms: None, deadline: Some(cfg.start_ms + duration * 3 / 2), expected_duration_ms: Some(duration) };
-    let jobs = vec![SimJob { submit_ms: 0, duration_ms: duration, spec }];
-    let t = OfferingTrace { pool: "spot".into(), instance_type: "p3.16xlarge".into(), trace: load_json(f).unwrap() };
-    println!("{:?}", &t.trace.steps[..5]);
-    let opts = SimOptions { spot_traces: vec![t], record: true, ..SimOptions::default() };
-    let out = simulate(&cfg, &jobs, &opts).unwrap();
-    for d in out.decisions.iter().take(40) { println!("{} {:?} {} {} {}", (d.at - cfg.start_ms)/1000, d.kind, d.subject, d.reason, d.detail); }
-}
