@@ -123,11 +123,6 @@ impl Engine {
         types.map(|i| &self.cfg.instance_types[i]).filter(|it| model_fits(model, &it.gpu_model)).map(|it| it.gpus / g.max(1)).max().unwrap_or(0)
     }
 
-    /// Returns the pool's configured min raised by open schedule windows, without scheduling wake-ups.
-    fn effective_min_plain(&self, pool: usize) -> u32 {
-        self.effective_min(pool, &mut WakeAt::default())
-    }
-
     /// Returns how many nodes a cloud pool may add now: 0 in cooldown or at max, else the step limit.
     pub(crate) fn pool_headroom(&self, pool: usize) -> u32 {
         let p = &self.cfg.pools[pool];
@@ -231,6 +226,8 @@ impl Engine {
         let mut starved: BTreeMap<usize, (u32, u32)> = BTreeMap::new();
         let mut planned: Vec<u32> = vec![0; pools];
         let mut headroom: Vec<u32> = (0..pools).map(|p| self.pool_headroom(p)).collect();
+        // Each pool's max for this pass (schedule windows evaluated once, not per blocked job).
+        let maxes: Vec<u32> = (0..pools).map(|p| self.effective_max(p)).collect();
         // Planned launches per pool: instance type -> nodes; and the demand behind them.
         let mut plan: BTreeMap<usize, BTreeMap<usize, u32>> = BTreeMap::new();
         let mut demand: BTreeMap<usize, (u32, i64, u32)> = BTreeMap::new();
@@ -298,7 +295,7 @@ impl Engine {
                 // Workers that ready, booting and planned nodes cannot hold: what new nodes must. A gang claims the
                 // ready nodes it counts on only where the pool can still grow for the rest, and not in a pool an
                 // earlier job is starving in (there scale-in must be free to swap nodes).
-                let room = self.effective_max(p).saturating_sub(self.c.pools[p].alive + planned[p]);
+                let room = maxes[p].saturating_sub(self.c.pools[p].alive + planned[p]);
                 let free_pool = !starved.contains_key(&p);
                 let claim = |left: u32| free_pool && (left == 0 || room > 0);
                 let left = fits_virtual(&mut virt[p], &claim, &mut claimed);
@@ -436,10 +433,11 @@ impl Engine {
             }
             let swap_below = starved.get(&p).copied();
             let swap = swap_below.is_some();
-            let min = if swap { self.effective_min(p, wake).min(self.c.pools[p].alive.saturating_sub(1)) } else { self.effective_min(p, wake) };
+            let (pool_min, pool_max) = self.effective_bounds(p, wake);
+            let min = if swap { pool_min.min(self.c.pools[p].alive.saturating_sub(1)) } else { pool_min };
             let st = &self.c.pools[p];
             // Idle nodes above a scheduled max go at once (no idle timeout, no cooldown).
-            let over_max = st.alive.saturating_sub(self.effective_max(p)) as usize;
+            let over_max = st.alive.saturating_sub(pool_max) as usize;
             if st.alive <= min || cfg.scale_in_protection {
                 continue;
             }
@@ -458,7 +456,7 @@ impl Engine {
                 if node.protected || node.state != NodeState::Ready || !node.jobs.is_empty() || claimed.contains(&n) {
                     continue;
                 }
-                if swap && st.alive <= self.effective_min_plain(p) && swap_below.is_some_and(|(g, best)| node.gpus / g >= best) {
+                if swap && st.alive <= pool_min && swap_below.is_some_and(|(g, best)| node.gpus / g >= best) {
                     // Below the min only to swap a node that is too small for the job starving here.
                     continue;
                 }

@@ -461,8 +461,7 @@ impl<'a> Sim<'a> {
     fn report_metrics(&mut self) -> Result<(), SimError> {
         let mut samples = Vec::new();
         let c = self.engine.cluster();
-        for (p, pool) in self.cfg.pools.iter().enumerate().filter(|(_, p)| p.target_gpu_utilization.is_some()) {
-            let _ = pool;
+        for (p, _) in self.cfg.pools.iter().enumerate().filter(|(_, p)| p.target_gpu_utilization.is_some()) {
             for &n in &c.pools[p].ready {
                 let node = &c.nodes[n.0 as usize];
                 let busy: f64 = node
