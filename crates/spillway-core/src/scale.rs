@@ -327,7 +327,10 @@ impl Engine {
                     spot_gpus += added;
                 } else if job.interruptible {
                     od_gpus += added;
-                    fallbacks.push(id);
+                    // A fallback only where spot was an option: the tier allows it and a spot pool exists.
+                    if self.cfg.tiers[job.tier].markets.contains(&Market::Spot) && self.cfg.pools.iter().any(|p| p.market == Market::Spot) {
+                        fallbacks.push(id);
+                    }
                 }
                 virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.clone(), None)));
                 fits_virtual(&mut virt[p], &|_| true, &mut claimed);

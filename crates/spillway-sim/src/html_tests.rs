@@ -42,6 +42,7 @@ fn report() -> Report {
             peak_gpus: 512,
         },
         spot: Default::default(),
+        predictive: None,
     }
 }
 

@@ -5,18 +5,34 @@
 
 use crate::input::SimJob;
 use crate::report::{BoundReport, MarketCost};
-use spillway_core::config::FixedNodes;
+use spillway_core::config::{FixedNodes, PredictiveMode};
 use spillway_core::time::to_hours;
 use spillway_core::{Config, Market};
 
 /// The policies a report compares, in report order.
 pub const POLICIES: [&str; 5] = ["spillway", "spillway-no-spot", "static-peak", "fixed-only", "on-demand-reactive"];
 
+/// Returns the policies a report on `cfg` compares: [`POLICIES`], plus `spillway-reactive` (the same config with
+/// predictive scaling off) right after `spillway-no-spot` when a pool acts on a forecast.
+pub fn policies_for(cfg: &Config) -> Vec<&'static str> {
+    let mut v = POLICIES.to_vec();
+    let predictive = cfg.pools.iter().any(|p| p.predictive.as_ref().is_some_and(|x| x.mode == PredictiveMode::Act));
+    if predictive {
+        v.insert(2, "spillway-reactive");
+    }
+    v
+}
+
 /// Returns the config that runs `policy` on the same input and fixed pool, or `None` for an unknown name.
 pub fn config_for(policy: &str, cfg: &Config, jobs: &[SimJob]) -> Option<Config> {
     match policy {
         "spillway" => Some(cfg.clone()),
         "spillway-no-spot" => Some(no_spot(cfg)),
+        "spillway-reactive" => {
+            let mut c = cfg.clone();
+            c.pools.iter_mut().for_each(|p| p.predictive = None);
+            Some(c)
+        }
         "fixed-only" => Some(fixed_only(cfg, 0)),
         "static-peak" => Some(fixed_only(cfg, peak_gpus(jobs))),
         "on-demand-reactive" => Some(on_demand_reactive(cfg)),
@@ -78,6 +94,12 @@ fn on_demand_reactive(cfg: &Config) -> Config {
     c.pools.retain(|p| p.market != Market::Spot);
     c.schedules.clear();
     c.policy.preemption = false;
+    // Queue-driven only: none of the metric, forecast or scheduled policies a plain autoscaler lacks.
+    for p in &mut c.pools {
+        p.predictive = None;
+        p.target_gpu_utilization = None;
+        p.step_scaling.clear();
+    }
     for t in &mut c.tiers {
         t.markets = vec![Market::Fixed, Market::OnDemand];
         t.interruptible = false;

@@ -78,6 +78,9 @@ pub struct RunReport {
     /// Jobs with a deadline that ended after it (or never).
     pub deadline_misses: usize,
     pub tiers: BTreeMap<String, TierReport>,
+    /// Queue wait by tier of the jobs submitted in each day's peak hour (UTC day; the hour in which the most
+    /// GPUs were submitted), where scaling ahead of demand matters most.
+    pub peak_hour_wait_s: BTreeMap<String, Stats>,
 }
 
 /// The instant-overflow bound: every job starts at submission; the fixed pool serves demand in tier order; each
@@ -111,6 +114,24 @@ pub struct SpotReport {
     pub saved_usd: f64,
     /// `saved_usd / no_spot_cost_usd`.
     pub saved_fraction: f64,
+    /// The ceiling on what spot can save on this input: the instant-overflow bound with spot against the bound of
+    /// the same config with spot disabled (every spot-eligible GPU-hour on spot, nothing lost, nothing idle).
+    pub bound_no_spot_cost_usd: f64,
+    pub bound_saved_fraction: f64,
+}
+
+/// What predictive scaling bought: the `spillway` run beside `spillway-reactive` (the same config with
+/// predictive scaling off); present only when a pool acts on a forecast.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PredictiveReport {
+    pub reactive_cost_usd: f64,
+    /// `spillway` cost minus `spillway-reactive` cost.
+    pub added_usd: f64,
+    /// Mean p1 queue wait in the daily peak hours, with and without predictive scaling.
+    pub p1_peak_wait_mean_s: f64,
+    pub reactive_p1_peak_wait_mean_s: f64,
+    pub p1_peak_wait_p95_s: f64,
+    pub reactive_p1_peak_wait_p95_s: f64,
 }
 
 /// The whole report.
@@ -121,6 +142,8 @@ pub struct Report {
     pub runs: Vec<RunReport>,
     pub bound: BoundReport,
     pub spot: SpotReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predictive: Option<PredictiveReport>,
 }
 
 /// A table of samples over time. The first column is `time_s` (seconds from the start of the trace); the others

@@ -2,8 +2,8 @@
 //! `events.jsonl` and `report.html`.
 
 use crate::input::SimJob;
-use crate::policies::{POLICIES, bound, config_for};
-use crate::report::{InputReport, MarketCost, Report, RunReport, TierReport, TimeSeries, stats};
+use crate::policies::{bound, config_for, policies_for};
+use crate::report::{InputReport, MarketCost, PredictiveReport, Report, RunReport, Stats, TierReport, TimeSeries, stats};
 use crate::sim::{SimError, SimOptions, SimOutcome, simulate};
 use spillway_core::time::{secs, to_secs};
 use spillway_core::{Config, Decision, JobState};
@@ -23,9 +23,9 @@ pub struct Comparison {
 /// Runs `spillway` and every reference on `jobs`; `progress(policy)` is called before each run.
 pub fn compare(cfg: &Config, jobs: &[SimJob], input: InputReport, opts: &SimOptions, mut progress: impl FnMut(&str)) -> Result<Comparison, SimError> {
     let bound = bound(cfg, jobs);
-    let mut report = Report { seed: opts.seed, input, runs: Vec::new(), bound, spot: Default::default() };
+    let mut report = Report { seed: opts.seed, input, runs: Vec::new(), bound, spot: Default::default(), predictive: None };
     let mut main: Option<(SimOutcome, Config)> = None;
-    for policy in POLICIES {
+    for policy in policies_for(cfg) {
         progress(policy);
         let Some(pcfg) = config_for(policy, cfg, jobs) else { continue };
         let popts = SimOptions { record: opts.record && policy == "spillway", ..opts.clone() };
@@ -40,11 +40,26 @@ pub fn compare(cfg: &Config, jobs: &[SimJob], input: InputReport, opts: &SimOpti
     let cost = |name: &str| report.runs.iter().find(|r| r.policy == name).map(|r| r.cost_usd);
     if let (Some(with), Some(without)) = (cost("spillway"), cost("spillway-no-spot")) {
         let saved = without - with;
+        let bound_without = config_for("spillway-no-spot", cfg, jobs).map_or(0.0, |c| crate::policies::bound(&c, jobs).cost_usd);
         report.spot = crate::report::SpotReport {
             no_spot_cost_usd: without,
             saved_usd: saved,
             saved_fraction: if without > 0.0 { saved / without } else { 0.0 },
+            bound_no_spot_cost_usd: bound_without,
+            bound_saved_fraction: if bound_without > 0.0 { 1.0 - report.bound.cost_usd / bound_without } else { 0.0 },
         };
+    }
+    let run = |name: &str| report.runs.iter().find(|r| r.policy == name);
+    if let (Some(with), Some(without)) = (run("spillway"), run("spillway-reactive")) {
+        let p1 = |r: &RunReport| r.peak_hour_wait_s.get("p1").cloned().unwrap_or_default();
+        report.predictive = Some(PredictiveReport {
+            reactive_cost_usd: without.cost_usd,
+            added_usd: with.cost_usd - without.cost_usd,
+            p1_peak_wait_mean_s: p1(with).mean,
+            reactive_p1_peak_wait_mean_s: p1(without).mean,
+            p1_peak_wait_p95_s: p1(with).p95,
+            reactive_p1_peak_wait_p95_s: p1(without).p95,
+        });
     }
     let Some((out, pcfg)) = main else {
         return Ok(Comparison { report, series: TimeSeries::default(), waits_by_tier: BTreeMap::new(), decisions: Vec::new() });
@@ -131,7 +146,35 @@ pub fn run_report(policy: &str, cfg: &Config, out: &SimOutcome) -> RunReport {
     for (i, (jobs, w, jct, misses)) in per_tier.into_iter().enumerate() {
         r.tiers.insert(cfg.tiers[i].name.clone(), TierReport { jobs, queue_wait_s: stats(&w), jct_s: stats(&jct), slo_misses: misses });
     }
+    r.peak_hour_wait_s = peak_hour_waits(cfg, out);
     r
+}
+
+/// Returns each tier's queue-wait stats over the jobs submitted in each UTC day's peak hour: the hour in which the
+/// most GPUs were submitted (ties: the earliest). Jobs that never started are left out.
+fn peak_hour_waits(cfg: &Config, out: &SimOutcome) -> BTreeMap<String, Stats> {
+    const HOUR_MS: i64 = 3_600_000;
+    let jobs = &out.engine.cluster().jobs;
+    let mut gpus_by_hour: BTreeMap<i64, u64> = BTreeMap::new();
+    for j in jobs {
+        *gpus_by_hour.entry(j.submitted.div_euclid(HOUR_MS)).or_default() += (j.spec.gpus_per_worker * j.spec.workers) as u64;
+    }
+    // Day -> (GPUs, hour) of its peak hour; iteration is in hour order, so a tie keeps the earliest.
+    let mut peak: BTreeMap<i64, (u64, i64)> = BTreeMap::new();
+    for (&hour, &g) in &gpus_by_hour {
+        let e = peak.entry(hour.div_euclid(24)).or_insert((g, hour));
+        if g > e.0 {
+            *e = (g, hour);
+        }
+    }
+    let peak_hours: std::collections::BTreeSet<i64> = peak.values().map(|&(_, h)| h).collect();
+    let mut w: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for j in jobs.iter().filter(|j| peak_hours.contains(&j.submitted.div_euclid(HOUR_MS))) {
+        if let Some(s) = j.first_start {
+            w.entry(cfg.tiers[j.tier].name.clone()).or_default().push(to_secs(s - j.submitted));
+        }
+    }
+    w.into_iter().map(|(t, v)| (t, stats(&v))).collect()
 }
 
 /// Writes `report.json`, `timeseries.csv`, `events.jsonl` and `report.html` into `dir` (created if needed).
@@ -191,15 +234,27 @@ pub fn summary_table(report: &Report) -> String {
     );
     if let Some(r) = report.runs.iter().find(|r| r.policy == "spillway") {
         s += &format!(
-            "\nspot: saved {:.0} USD ({:.1}%) against spillway-no-spot; {} interruptions, {} notices acted on, {:.1} GPU-hours lost, {} fallbacks, {} deadline misses, {} preemptions\n",
+            "\nspot: saved {:.0} USD ({:.1}%) against spillway-no-spot (the instant-overflow bound saves {:.1}% with spot); {} interruptions, {} notices acted on, {:.1} GPU-hours lost, {} fallbacks, {} deadline misses, {} preemptions\n",
             report.spot.saved_usd,
             report.spot.saved_fraction * 100.0,
+            report.spot.bound_saved_fraction * 100.0,
             r.interruptions,
             r.notices_acted_on,
             r.lost_gpu_hours,
             r.fallback_events,
             r.deadline_misses,
             r.preemptions
+        );
+    }
+    if let Some(p) = &report.predictive {
+        s += &format!(
+            "predictive: p1 wait in the daily peak hours mean {} / p95 {} against {} / {} with queue-driven scaling alone (spillway-reactive); adds {:.0} USD ({:+.1}%)\n",
+            human(p.p1_peak_wait_mean_s),
+            human(p.p1_peak_wait_p95_s),
+            human(p.reactive_p1_peak_wait_mean_s),
+            human(p.reactive_p1_peak_wait_p95_s),
+            p.added_usd,
+            if p.reactive_cost_usd > 0.0 { p.added_usd / p.reactive_cost_usd * 100.0 } else { 0.0 }
         );
     }
     s

@@ -21,7 +21,7 @@ pub struct Args {
     /// Job trace to replay; default: a seeded synthetic workload.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Trace format: native, alibaba2023 or tiresias.
+    /// Trace format: native, alibaba2023, tiresias or helios (a demand series replayed as jobs).
     #[arg(long, default_value = "native")]
     format: String,
     /// Synthetic workload when no trace is given.

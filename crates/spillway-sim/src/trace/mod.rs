@@ -64,6 +64,8 @@ pub enum TraceFormat {
     Native,
     Alibaba2023,
     Tiresias,
+    /// A Helios per-minute demand series replayed as jobs (see [`helios`]).
+    Helios,
 }
 
 impl std::str::FromStr for TraceFormat {
@@ -73,7 +75,8 @@ impl std::str::FromStr for TraceFormat {
             "native" => Ok(Self::Native),
             "alibaba2023" => Ok(Self::Alibaba2023),
             "tiresias" => Ok(Self::Tiresias),
-            other => Err(format!("unknown trace format `{other}` (expected native, alibaba2023 or tiresias)")),
+            "helios" => Ok(Self::Helios),
+            other => Err(format!("unknown trace format `{other}` (expected native, alibaba2023, tiresias or helios)")),
         }
     }
 }
@@ -84,10 +87,12 @@ pub fn load(path: &Path, format: TraceFormat) -> Result<Trace, TraceError> {
         TraceFormat::Native => native::load(path),
         TraceFormat::Alibaba2023 => alibaba::load(path),
         TraceFormat::Tiresias => tiresias::load(path),
+        TraceFormat::Helios => helios::load(path),
     }
 }
 
 pub mod alibaba;
+pub mod helios;
 pub mod native;
 pub mod tiresias;
 pub mod workload;
