@@ -38,6 +38,10 @@ pub enum EventError {
     UnknownNode(u32),
     #[error("unknown job {0}")]
     UnknownJob(u32),
+    #[error("unknown pool {0}")]
+    UnknownPool(usize),
+    #[error("pool {pool}: min_nodes {min} > max_nodes {max}, or a fixed pool (its nodes are listed in the config)")]
+    BadBounds { pool: String, min: u32, max: u32 },
 }
 
 /// Checks a job spec against a config (tier exists, sizes non-zero, a worker fits the largest node its tier
@@ -73,6 +77,7 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
 }
 
 /// The engine. Deterministic: the same config, start time and event sequence give the same actions.
+#[derive(Clone)]
 pub struct Engine {
     pub(crate) cfg: Config,
     pub(crate) now: Time,
@@ -227,6 +232,17 @@ impl Engine {
                 self.c.nodes[node.0 as usize].protected = protected;
             }
             Event::CancelJob { job } => self.cancel(job)?,
+            Event::SetPoolBounds { pool, min_nodes, max_nodes } => {
+                let p = self.cfg.pools.get_mut(pool).ok_or(EventError::UnknownPool(pool))?;
+                let (min, max) = (min_nodes.unwrap_or(p.min_nodes), max_nodes.unwrap_or(p.max_nodes));
+                if p.market == crate::Market::Fixed || min > max {
+                    return Err(EventError::BadBounds { pool: p.name.clone(), min, max });
+                }
+                (p.min_nodes, p.max_nodes) = (min, max);
+            }
+            Event::SetPoolProtection { pool, protected } => {
+                self.cfg.pools.get_mut(pool).ok_or(EventError::UnknownPool(pool))?.scale_in_protection = protected;
+            }
         }
         self.dirty = true;
         Ok(())

@@ -2,10 +2,10 @@
 
 use crate::model::{JobId, NodeId, PendingReason};
 use crate::time::{Millis, Time};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a provider could not launch a node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LaunchError {
     /// The cloud has no capacity for this offering now.
@@ -16,8 +16,10 @@ pub enum LaunchError {
     Transient(String),
 }
 
-/// Something that happened, handed to [`crate::Engine::handle_event`] with the time it happened.
-#[derive(Debug, Clone, PartialEq)]
+/// Something that happened, handed to [`crate::Engine::handle_event`] with the time it happened. Serializable so a
+/// shell can log its inputs and rebuild the engine by replaying them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Event {
     /// A requested node booted and is usable.
     NodeReady { node: NodeId },
@@ -37,6 +39,10 @@ pub enum Event {
     SetNodeProtection { node: NodeId, protected: bool },
     /// A user cancelled a job.
     CancelJob { job: JobId },
+    /// A user changed a cloud pool's bounds (index into `Config::pools`); `None` keeps a bound.
+    SetPoolBounds { pool: usize, min_nodes: Option<u32>, max_nodes: Option<u32> },
+    /// A user protected (or unprotected) every node of a pool from scale-in.
+    SetPoolProtection { pool: usize, protected: bool },
 }
 
 /// Why a job is being stopped.

@@ -2,18 +2,18 @@
 
 use crate::config::Market;
 use crate::time::{Millis, Time};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A job's id: assigned by the engine from a counter, in submission order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct JobId(pub u32);
 
 /// A node's id: assigned by the engine from a counter, fixed nodes first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct NodeId(pub u32);
 
 /// What a user asks to run. Tier and team are names; the engine resolves and checks them on submit.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
     pub name: String,
     pub tier: String,

@@ -1,7 +1,13 @@
-//! The `spillway` command line: `simulate`, `config check`, `trace convert`, `forecast`.
+//! The `spillway` command line: `up`, `server`, `agent`, the API client commands (`submit`, `jobs`, `nodes`, `pools`,
+//! `events`, `cost`), `simulate`, `config check`, `trace convert`, `forecast`.
 
+mod daemon_cmd;
+mod demo;
 mod forecast;
 mod simulate;
+// CLI over the daemon's HTTP API (submit, jobs, nodes, pools, events, cost).
+mod client;
+mod ctl;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -11,7 +17,7 @@ use std::process::ExitCode;
 /// Spillway: elastic GPU capacity for ML training. Keeps the owned baseline busy and spills peaks onto cloud
 /// on-demand and spot capacity by priority and within budget.
 #[derive(Parser)]
-#[command(name = "spillway", version)]
+#[command(name = "spillway", version, after_help = client::EXIT_CODES_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -31,8 +37,18 @@ enum Command {
         #[command(subcommand)]
         command: TraceCommand,
     },
+    /// Start the daemon on embedded defaults (SQLite store, local provider, API on 127.0.0.1); --demo shows it work.
+    Up(daemon_cmd::UpArgs),
+    /// Run the daemon with a config: the engine on a real clock, the store, the API, the provider.
+    Server(daemon_cmd::ServerArgs),
+    /// Run a node agent (the local provider starts these; not for direct use).
+    #[command(hide = true)]
+    Agent(daemon_cmd::AgentArgs),
     /// Forecast a demand series: fit on all but its last week, score that week against seasonal-naive.
     Forecast(forecast::Args),
+    // ---- CLI over the daemon's HTTP API: submit, jobs, nodes, pools, events, cost (see ctl.rs). ----
+    #[command(flatten)]
+    Ctl(ctl::CtlCommand),
 }
 
 #[derive(Subcommand)]
@@ -58,7 +74,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            // Daemon commands carry their exit code (see client::EXIT_CODES_HELP); everything else exits 1.
+            match e.chain().find_map(|c| c.downcast_ref::<client::CliError>()) {
+                Some(c) => ExitCode::from(c.code),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -67,6 +87,10 @@ fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Simulate(args) => simulate::run(args),
         Command::Forecast(args) => forecast::run(args),
+        Command::Up(args) => daemon_cmd::up(args),
+        Command::Server(args) => daemon_cmd::server(args),
+        Command::Agent(args) => daemon_cmd::agent(args),
+        Command::Ctl(cmd) => ctl::run(cmd),
         Command::Config { command: ConfigCommand::Check { file } } => {
             let cfg = simulate::load_config(Some(&file))?;
             let nodes: u32 = cfg.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count).sum();

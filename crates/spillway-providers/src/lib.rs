@@ -1,0 +1,68 @@
+//! Cloud providers for Spillway: the synchronous [`Provider`] trait the daemon drives (from
+//! `tokio::task::spawn_blocking`), its typed [`ProviderError`]s, a [`conformance`] suite every provider's tests
+//! run, and the [`local`] provider, which runs each node as a `spillway agent` process on this machine.
+
+pub mod conformance;
+pub mod local;
+mod procfs;
+mod records;
+
+pub use conformance::{check_capacity, run_conformance};
+pub use local::{LocalOptions, LocalProvider};
+
+/// What to launch: one node of the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchSpec {
+    /// Cluster id: tags instances so `list()` only sees this cluster's.
+    pub cluster: String,
+    /// The engine's node id (unique per cluster, never reused).
+    pub node: u32,
+    pub pool: String,
+    /// The offering's instance type; "fixed" for fixed nodes.
+    pub instance_type: String,
+    pub gpus: u32,
+    pub spot: bool,
+    /// The node's agent token.
+    pub token: String,
+    /// Injected boot latency (the local provider passes it to the agent).
+    pub boot_delay_s: f64,
+}
+
+/// A running node as the provider knows it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Instance {
+    pub id: String,
+    pub cluster: String,
+    pub node: u32,
+    pub pool: String,
+    pub instance_type: String,
+    pub gpus: u32,
+    pub spot: bool,
+}
+
+/// Why a provider call failed, typed so the engine can react per kind (back off one offering, give up on a
+/// node, retry later) instead of parsing messages.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("insufficient capacity for {instance_type}")]
+    InsufficientCapacity { instance_type: String },
+    #[error("quota exceeded: {0}")]
+    Quota(String),
+    #[error("instance {0} not found")]
+    NotFound(String),
+    #[error("transient provider error: {0}")]
+    Transient(String),
+}
+
+/// A source of nodes. Synchronous on purpose: the daemon calls it from `spawn_blocking`, and real cloud SDK
+/// calls as well as process management block anyway.
+pub trait Provider: Send + Sync {
+    /// Starts one node; returns its instance. Errors are typed so the engine can back off the offering only.
+    fn launch(&self, spec: &LaunchSpec) -> Result<Instance, ProviderError>;
+    /// Stops an instance and everything it runs; NotFound if this provider does not know it (already gone).
+    fn terminate(&self, instance_id: &str) -> Result<(), ProviderError>;
+    /// The live instances of `cluster` (tagged at launch), in node order.
+    fn list(&self, cluster: &str) -> Result<Vec<Instance>, ProviderError>;
+    /// Provider name for messages ("local", "aws", ...).
+    fn name(&self) -> &'static str;
+}

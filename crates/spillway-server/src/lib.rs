@@ -1,0 +1,85 @@
+//! The daemon shell around the engine (ARCHITECTURE.md sections 3-5): the SQLite store and log replay
+//! ([`store`], [`state`]), the real clock, provider calls and agent heartbeats ([`daemon`]), and the HTTP API
+//! ([`api`], [`views`], [`openapi`]). [`serve`] runs it all until a shutdown signal.
+
+pub mod api;
+pub mod daemon;
+pub mod openapi;
+pub mod state;
+pub mod store;
+pub mod views;
+
+pub use daemon::{DaemonOptions, Shared};
+
+use anyhow::Context;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Everything `spillway server` needs.
+pub struct ServeOptions {
+    pub daemon: DaemonOptions,
+    pub config_name: String,
+    pub config_text: String,
+    pub listen: SocketAddr,
+    /// Program and leading args that start an agent (`[spillway, agent]`).
+    pub agent_command: Vec<String>,
+    /// On a graceful stop, terminate every node (no agent left behind). A killed daemon leaves them to be adopted.
+    pub stop_nodes_on_exit: bool,
+}
+
+/// What a started daemon tells its caller.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub url: String,
+    pub admin_token: String,
+    pub team_tokens: std::collections::BTreeMap<String, String>,
+    pub replayed: usize,
+}
+
+/// Starts the daemon: store, replay, provider reconcile, API on `listen`, ticker. Calls `started` once it accepts
+/// requests, then serves until `shutdown` resolves.
+pub async fn serve(
+    opts: ServeOptions,
+    started: impl FnOnce(&Started),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(opts.listen).await.with_context(|| format!("binding {}", opts.listen))?;
+    let addr = listener.local_addr()?;
+    let url = format!("http://{addr}");
+    let mut capacity = std::collections::BTreeMap::new();
+    // The local provider's capacity per instance type (the simulator's `capacity` setting of each pool).
+    let cfg = spillway_core::Config::parse(&opts.config_name, &opts.config_text)?;
+    for p in &cfg.pools {
+        for (t, n) in &p.capacity {
+            *capacity.entry(t.clone()).or_insert(0) += *n;
+        }
+    }
+    let mut local = spillway_providers::LocalOptions::new(opts.daemon.data_dir.join("provider"), opts.agent_command.clone(), url.clone());
+    local.capacity = capacity;
+    let provider = Arc::new(spillway_providers::LocalProvider::new(local).context("starting the local provider")?);
+    let shared = Arc::new(Shared::open(opts.daemon.clone(), &opts.config_name, &opts.config_text, provider)?);
+    let replayed = shared.state().engine.cluster().jobs.len();
+    let me = shared.clone();
+    tokio::task::spawn_blocking(move || me.reconcile()).await?.context("listing the provider's instances")?;
+    let ticker = {
+        let me = shared.clone();
+        let tick = opts.daemon.tick;
+        tokio::spawn(async move {
+            let mut iv = tokio::time::interval(tick);
+            iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                iv.tick().await;
+                me.tick(tick);
+            }
+        })
+    };
+    started(&Started { url, admin_token: shared.admin_token.clone(), team_tokens: shared.team_tokens(), replayed });
+    let app = api::router(shared.clone());
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    ticker.abort();
+    if opts.stop_nodes_on_exit {
+        let me = shared.clone();
+        tokio::task::spawn_blocking(move || me.terminate_all()).await?;
+    }
+    served.context("serving the API")
+}

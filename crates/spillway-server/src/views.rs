@@ -1,0 +1,158 @@
+//! What the API shows: engine jobs, nodes, pools and the ledger turned into the wire types of `spillway-api`.
+
+use crate::state::State;
+use spillway_api::{CostView, JobView, NodeView, PoolView};
+use spillway_core::{Job, JobState, Market, Node, NodeState, Time};
+
+/// Returns seconds since the epoch.
+fn secs(t: Time) -> f64 {
+    t as f64 / 1000.0
+}
+
+/// Returns the API name of a job state.
+pub fn job_state(s: JobState) -> &'static str {
+    match s {
+        JobState::Queued => "queued",
+        JobState::Running => "running",
+        JobState::Succeeded => "succeeded",
+        JobState::Failed => "failed",
+        JobState::Cancelled => "cancelled",
+    }
+}
+
+/// Returns the API name of a node state.
+pub fn node_state(s: NodeState) -> &'static str {
+    match s {
+        NodeState::Requested => "requested",
+        NodeState::Ready => "ready",
+        NodeState::Draining => "draining",
+        NodeState::Terminated => "terminated",
+        NodeState::Failed => "failed",
+        NodeState::Lost => "lost",
+    }
+}
+
+/// Returns a job's view.
+pub fn job(st: &State, j: &Job) -> JobView {
+    let c = st.engine.cluster();
+    JobView {
+        id: j.id.0,
+        name: j.spec.name.clone(),
+        tier: st.engine.config().tiers[j.tier].name.clone(),
+        team: c.teams.get(j.team).map_or_else(String::new, |t| t.name.clone()),
+        state: job_state(j.state).into(),
+        attempt: j.attempt,
+        gpus: j.spec.gpus_per_worker,
+        workers: j.spec.workers,
+        argv: st.commands.get(j.id.0 as usize).map(|c| c.argv.clone()).unwrap_or_default(),
+        submitted_at: secs(j.submitted),
+        started_at: j.first_start.map(secs),
+        ended_at: j.ended.map(secs),
+        nodes: j.placement.iter().map(|(n, _)| n.0).collect(),
+        pending_reason: (j.state == JobState::Queued).then(|| j.pending.code().to_string()),
+        interruptions: j.interruptions,
+        preemptions: j.preemptions,
+    }
+}
+
+/// Returns a node's view.
+pub fn node(st: &State, n: &Node) -> NodeView {
+    let cfg = st.engine.config();
+    let pool = &cfg.pools[n.pool];
+    NodeView {
+        id: n.id.0,
+        pool: pool.name.clone(),
+        instance_type: n.instance_type.map(|i| cfg.instance_types[i].name.clone()),
+        market: n.market.as_str().into(),
+        state: node_state(n.state).into(),
+        gpus: n.gpus,
+        free_gpus: n.free(),
+        protected: n.protected || pool.scale_in_protection,
+        jobs: n.jobs.iter().map(|j| j.0).collect(),
+    }
+}
+
+/// Returns every pool's view.
+pub fn pools(st: &State) -> Vec<PoolView> {
+    let cfg = st.engine.config();
+    let c = st.engine.cluster();
+    cfg.pools
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let nodes: Vec<&Node> = c.nodes.iter().filter(|n| n.pool == i && n.alive()).collect();
+            let ready: Vec<&&Node> = nodes.iter().filter(|n| n.state == NodeState::Ready).collect();
+            let fixed = p.market == Market::Fixed;
+            PoolView {
+                name: p.name.clone(),
+                market: p.market.as_str().into(),
+                nodes: nodes.len() as u32,
+                ready_nodes: ready.len() as u32,
+                min_nodes: if fixed { nodes.len() as u32 } else { p.min_nodes },
+                max_nodes: if fixed { nodes.len() as u32 } else { p.max_nodes },
+                gpus: ready.iter().map(|n| n.gpus).sum(),
+                busy_gpus: ready.iter().map(|n| n.used).sum(),
+                protected: p.scale_in_protection,
+            }
+        })
+        .collect()
+}
+
+/// Returns the cost so far: a copy of the engine closes its books at `now` (live nodes and running attempts billed
+/// up to now), so the running daemon's ledger is not disturbed.
+pub fn cost(st: &State, now: Time) -> CostView {
+    let mut e = st.engine.clone();
+    e.set_recording(false);
+    e.finish(now);
+    let cfg = e.config();
+    let c = e.cluster();
+    let l = &c.ledger;
+    let mut v = CostView { total_usd: l.node_usd, idle_usd: l.idle_usd(), ..CostView::default() };
+    for (i, t) in c.teams.iter().enumerate() {
+        v.by_team.insert(t.name.clone(), l.by_team.get(i).copied().unwrap_or(0.0));
+    }
+    for (i, t) in cfg.tiers.iter().enumerate() {
+        v.by_tier.insert(t.name.clone(), l.by_tier.get(i).copied().unwrap_or(0.0));
+    }
+    for (i, p) in cfg.pools.iter().enumerate() {
+        v.by_pool.insert(p.name.clone(), l.by_pool.get(i).copied().unwrap_or(0.0));
+    }
+    for m in [Market::Fixed, Market::OnDemand, Market::Spot] {
+        v.by_market.insert(m.as_str().into(), l.by_market[m.index()]);
+    }
+    v
+}
+
+/// Returns the Prometheus text exposition of the daemon's gauges and counters.
+pub fn metrics(st: &State) -> String {
+    use std::fmt::Write;
+    let c = st.engine.cluster();
+    let mut s = String::new();
+    let mut jobs = std::collections::BTreeMap::<(&str, &str), u64>::new();
+    for j in &c.jobs {
+        *jobs.entry((st.engine.config().tiers[j.tier].name.as_str(), job_state(j.state))).or_default() += 1;
+    }
+    s += "# HELP spillway_jobs Jobs by tier and state.\n# TYPE spillway_jobs gauge\n";
+    for ((tier, state), n) in jobs {
+        let _ = writeln!(s, "spillway_jobs{{tier=\"{tier}\",state=\"{state}\"}} {n}");
+    }
+    s += "# HELP spillway_pool_nodes Nodes alive per pool.\n# TYPE spillway_pool_nodes gauge\n";
+    s += "# HELP spillway_pool_gpus Ready GPUs per pool.\n# TYPE spillway_pool_gpus gauge\n";
+    s += "# HELP spillway_pool_busy_gpus GPUs running jobs per pool.\n# TYPE spillway_pool_busy_gpus gauge\n";
+    for p in pools(st) {
+        let _ = writeln!(s, "spillway_pool_nodes{{pool=\"{}\",market=\"{}\"}} {}", p.name, p.market, p.nodes);
+        let _ = writeln!(s, "spillway_pool_gpus{{pool=\"{}\"}} {}", p.name, p.gpus);
+        let _ = writeln!(s, "spillway_pool_busy_gpus{{pool=\"{}\"}} {}", p.name, p.busy_gpus);
+    }
+    let k = &c.counters;
+    for (name, help, v) in [
+        ("spillway_nodes_launched_total", "Nodes launched.", k.nodes_launched),
+        ("spillway_launch_failures_total", "Launches that failed.", k.launch_failures),
+        ("spillway_preemptions_total", "Jobs preempted.", k.preemptions),
+        ("spillway_interruptions_total", "Spot interruption notices.", k.interruptions),
+        ("spillway_requeues_total", "Jobs requeued.", k.requeues),
+    ] {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+    }
+    s
+}

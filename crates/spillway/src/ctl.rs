@@ -1,0 +1,654 @@
+//! The commands that talk to the daemon over its HTTP API: `submit`, `jobs`, `nodes`, `pools`, `events`, `cost`.
+//! Argument parsing, request building and table rendering; the transport is in [`crate::client`].
+
+use crate::client::{CliError, Client, Conn, EXIT_OTHER, connect, query, segment, show};
+use anyhow::{Context, Result};
+use clap::{ArgAction, Args, Subcommand};
+use serde_json::Value;
+use spillway_api::{CostView, EventView, JobSubmit, JobView, NodeView, PoolScale, PoolView, Protect};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand, Debug)]
+pub enum CtlCommand {
+    /// Submit a job (a TOML job file with the fields of the API's JobSubmit, flags override it); prints its id.
+    Submit(SubmitArgs),
+    /// List, show, cancel jobs and read their logs.
+    Jobs {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+    /// List nodes, interrupt them, protect them from scale-in.
+    Nodes {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: NodesCommand,
+    },
+    /// List pools, change their bounds, protect them from scale-in.
+    Pools {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: PoolsCommand,
+    },
+    /// The event log: every decision the daemon made, newest last.
+    Events {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long)]
+        job: Option<u32>,
+        #[arg(long)]
+        node: Option<u32>,
+        #[arg(long)]
+        pool: Option<String>,
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Cost so far, in USD, broken down by team, tier, pool and market.
+    Cost {
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum JobsCommand {
+    /// List jobs.
+    Ls {
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        team: Option<String>,
+        #[arg(long)]
+        tier: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Show one job.
+    Show { id: u32 },
+    /// Cancel a job.
+    Cancel { id: u32 },
+    /// Print a job's output; with --follow, keep printing new output until the job ends.
+    Logs {
+        id: u32,
+        #[arg(short, long)]
+        follow: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodesCommand {
+    /// List nodes.
+    Ls,
+    /// Interrupt a node (as a spot reclaim would): its jobs are requeued and it is drained.
+    Interrupt { id: u32 },
+    /// Protect a node from scale-in (or lift the protection with --off).
+    Protect {
+        id: u32,
+        #[arg(long)]
+        off: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PoolsCommand {
+    /// List pools.
+    Ls,
+    /// Change a pool's node bounds; an absent bound keeps its value.
+    Scale {
+        name: String,
+        #[arg(long)]
+        min: Option<u32>,
+        #[arg(long)]
+        max: Option<u32>,
+    },
+    /// Protect a pool's nodes from scale-in (or lift the protection with --off).
+    Protect {
+        name: String,
+        #[arg(long)]
+        off: bool,
+    },
+}
+
+/// `spillway submit`: tier defaults to p1 and gpus to 1 when neither the file nor a flag gives them.
+#[derive(Args, Debug, Default)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// A TOML job file with the fields of JobSubmit (name, tier, team, gpus, workers, argv, env, ...).
+    #[arg(long)]
+    file: Option<PathBuf>,
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    tier: Option<String>,
+    #[arg(long)]
+    team: Option<String>,
+    /// GPUs per worker.
+    #[arg(long)]
+    gpus: Option<u32>,
+    /// Workers in the gang (all start together).
+    #[arg(long)]
+    workers: Option<u32>,
+    /// An environment variable of the job (repeatable).
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    #[arg(long)]
+    workdir: Option<String>,
+    #[arg(long)]
+    gpu_model: Option<String>,
+    /// Whether it may run on spot and be preempted (default: the tier's).
+    #[arg(long, action = ArgAction::Set, value_name = "true|false")]
+    interruptible: Option<bool>,
+    #[arg(long)]
+    checkpoint_interval_s: Option<f64>,
+    /// Deadline, seconds from submission.
+    #[arg(long)]
+    deadline_s: Option<f64>,
+    #[arg(long)]
+    expected_duration_s: Option<f64>,
+    /// The command, after `--`: program and arguments (overrides the file's argv).
+    #[arg(last = true, value_name = "ARGV")]
+    argv: Vec<String>,
+}
+
+/// Returns `K=V` split at the first `=`, or an error when there is none.
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected K=V, got `{s}`")),
+    }
+}
+
+/// A job file: the fields of [`JobSubmit`], all optional (flags may supply them); unknown fields are errors.
+#[derive(Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    name: Option<String>,
+    tier: Option<String>,
+    team: Option<String>,
+    gpus: Option<u32>,
+    workers: Option<u32>,
+    argv: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    workdir: Option<String>,
+    gpu_model: Option<String>,
+    interruptible: Option<bool>,
+    checkpoint_interval_s: Option<f64>,
+    deadline_s: Option<f64>,
+    expected_duration_s: Option<f64>,
+}
+
+/// Returns the job file parsed from `text`; errors name `path`, the line and the field at fault.
+pub fn parse_job_file(path: &Path, text: &str) -> Result<JobFile> {
+    toml::from_str(text).map_err(|e| {
+        let at = e.span().map(|s| {
+            let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+            let key = text.lines().nth(line - 1).and_then(|l| l.split_once('=')).map(|(k, _)| k.trim().to_string());
+            match key {
+                Some(k) if !k.is_empty() => format!("line {line}, field `{k}`: "),
+                _ => format!("line {line}: "),
+            }
+        });
+        CliError::new(EXIT_OTHER, format!("{}: {}{}", path.display(), at.unwrap_or_default(), e.message())).into()
+    })
+}
+
+/// Returns the submission: the job file (if any) with the flags laid over it.
+pub fn build_submit(args: &SubmitArgs, file: JobFile) -> Result<JobSubmit> {
+    let mut env = file.env;
+    env.extend(args.env.iter().cloned());
+    let argv = if args.argv.is_empty() { file.argv.unwrap_or_default() } else { args.argv.clone() };
+    if argv.is_empty() {
+        return Err(CliError::new(
+            2,
+            "no command: give it after `--` (spillway submit -- python3 train.py) or as argv in --file",
+        )
+        .into());
+    }
+    Ok(JobSubmit {
+        name: args.name.clone().or(file.name),
+        tier: args.tier.clone().or(file.tier).unwrap_or_else(|| "p1".to_string()),
+        team: args.team.clone().or(file.team),
+        gpus: args.gpus.or(file.gpus).unwrap_or(1),
+        workers: args.workers.or(file.workers),
+        argv,
+        env,
+        workdir: args.workdir.clone().or(file.workdir),
+        gpu_model: args.gpu_model.clone().or(file.gpu_model),
+        interruptible: args.interruptible.or(file.interruptible),
+        checkpoint_interval_s: args.checkpoint_interval_s.or(file.checkpoint_interval_s),
+        deadline_s: args.deadline_s.or(file.deadline_s),
+        expected_duration_s: args.expected_duration_s.or(file.expected_duration_s),
+    })
+}
+
+/// Runs one daemon command; errors carry their exit code as a [`CliError`].
+pub fn run(cmd: CtlCommand) -> Result<()> {
+    match cmd {
+        CtlCommand::Submit(args) => {
+            let file = match &args.file {
+                Some(p) => {
+                    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+                    parse_job_file(p, &text)?
+                }
+                None => JobFile::default(),
+            };
+            let submit = build_submit(&args, file)?;
+            let client = connect(&args.conn)?;
+            let v: Value = client.post_json("/v1/jobs", Some(&submit))?;
+            show(v, args.conn.output, |j: JobView| format!("submitted job {} ({}, team {})\n", j.id, j.tier, j.team))
+        }
+        CtlCommand::Jobs { conn, command } => {
+            let client = connect(&conn)?;
+            let now = now();
+            match command {
+                JobsCommand::Ls { state, team, tier, limit } => {
+                    let q = query(&[
+                        ("state", state),
+                        ("team", team),
+                        ("tier", tier),
+                        ("limit", limit.map(|l| l.to_string())),
+                    ]);
+                    show(client.get_json("/v1/jobs", &q)?, conn.output, |js: Vec<JobView>| jobs_table(&js, now))
+                }
+                JobsCommand::Show { id } => {
+                    show(client.get_json(&format!("/v1/jobs/{id}"), &[])?, conn.output, |j: JobView| {
+                        job_detail(&j, now)
+                    })
+                }
+                JobsCommand::Cancel { id } => {
+                    let v: Value = client.post_json::<(), _>(&format!("/v1/jobs/{id}/cancel"), None)?;
+                    show(v, conn.output, |j: JobView| format!("job {}: {}\n", j.id, j.state))
+                }
+                JobsCommand::Logs { id, follow } => logs(&client, id, follow),
+            }
+        }
+        CtlCommand::Nodes { conn, command } => {
+            let client = connect(&conn)?;
+            let (path, body) = match command {
+                NodesCommand::Ls => {
+                    return show(client.get_json("/v1/nodes", &[])?, conn.output, |n: Vec<NodeView>| nodes_table(&n));
+                }
+                NodesCommand::Interrupt { id } => (format!("/v1/nodes/{id}/interrupt"), None),
+                NodesCommand::Protect { id, off } => {
+                    (format!("/v1/nodes/{id}/protect"), Some(Protect { protected: !off }))
+                }
+            };
+            let v: Value = client.post_json(&path, body.as_ref())?;
+            show(v, conn.output, |n: NodeView| {
+                format!("node {} ({}): {}{}\n", n.id, n.pool, n.state, if n.protected { ", protected" } else { "" })
+            })
+        }
+        CtlCommand::Pools { conn, command } => {
+            let client = connect(&conn)?;
+            let v: Value = match command {
+                PoolsCommand::Ls => {
+                    return show(client.get_json("/v1/pools", &[])?, conn.output, |p: Vec<PoolView>| pools_table(&p));
+                }
+                PoolsCommand::Scale { name, min, max } => client.post_json(
+                    &format!("/v1/pools/{}/scale", segment(&name)),
+                    Some(&PoolScale { min_nodes: min, max_nodes: max }),
+                )?,
+                PoolsCommand::Protect { name, off } => client
+                    .post_json(&format!("/v1/pools/{}/protect", segment(&name)), Some(&Protect { protected: !off }))?,
+            };
+            show(v, conn.output, |p: PoolView| pools_table(&[p]))
+        }
+        CtlCommand::Events { conn, job, node, pool, kind, limit } => {
+            let client = connect(&conn)?;
+            let q = query(&[
+                ("job", job.map(|j| j.to_string())),
+                ("node", node.map(|n| n.to_string())),
+                ("pool", pool),
+                ("kind", kind),
+                ("limit", limit.map(|l| l.to_string())),
+            ]);
+            show(client.get_json("/v1/events", &q)?, conn.output, |e: Vec<EventView>| events_table(&e))
+        }
+        CtlCommand::Cost { conn } => {
+            let client = connect(&conn)?;
+            show(client.get_json("/v1/cost", &[])?, conn.output, |c: CostView| cost_table(&c))
+        }
+    }
+}
+
+/// Prints a job's log; with `follow`, polls every second and prints the new bytes until the job is final.
+fn logs(client: &Client, id: u32, follow: bool) -> Result<()> {
+    let mut shown = 0usize;
+    let mut out = std::io::stdout().lock();
+    loop {
+        // The state is read before the log, so the last log read happens after the job was seen final.
+        let done = !follow || {
+            let job: JobView = client.get_json(&format!("/v1/jobs/{id}"), &[])?;
+            matches!(job.state.as_str(), "succeeded" | "failed" | "cancelled")
+        };
+        let bytes = client.get_bytes(&format!("/v1/jobs/{id}/logs"), &[])?;
+        let start = if bytes.len() >= shown { shown } else { 0 };
+        out.write_all(&bytes[start..])?;
+        out.flush()?;
+        shown = bytes.len();
+        if done {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Returns the seconds since the Unix epoch (the CLI, unlike the core, may read the clock: ages are shown against it).
+#[allow(clippy::disallowed_methods)]
+fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// Returns `rows` under `headers` with columns padded to their widest cell, one line each.
+pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// Returns a duration as `45s`, `12m05s`, `3h04m` or `2d03h`.
+pub fn fmt_duration(secs: f64) -> String {
+    let s = secs.max(0.0) as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// Returns an epoch time as `YYYY-MM-DD HH:MM:SS` UTC.
+pub fn fmt_time(at: f64) -> String {
+    let secs = at.floor() as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn list(ids: &[u32]) -> String {
+    if ids.is_empty() { "-".into() } else { ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",") }
+}
+
+/// Returns how long a job has waited (queued), run (running) or ran (final), as of `now`.
+fn job_age(j: &JobView, now: f64) -> String {
+    let from = j.started_at.unwrap_or(j.submitted_at);
+    match j.state.as_str() {
+        "queued" => fmt_duration(now - j.submitted_at),
+        _ => fmt_duration(j.ended_at.unwrap_or(now) - from),
+    }
+}
+
+/// Returns the jobs table: ID NAME TIER TEAM STATE ATTEMPT GPUS NODES AGE/WAIT REASON.
+pub fn jobs_table(jobs: &[JobView], now: f64) -> String {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            let gpus = if j.workers > 1 { format!("{}x{}", j.workers, j.gpus) } else { j.gpus.to_string() };
+            let reason = j.pending_reason.clone().unwrap_or_else(|| "-".into());
+            vec![
+                j.id.to_string(),
+                j.name.clone(),
+                j.tier.clone(),
+                j.team.clone(),
+                j.state.clone(),
+                j.attempt.to_string(),
+                gpus,
+                list(&j.nodes),
+                job_age(j, now),
+                reason,
+            ]
+        })
+        .collect();
+    render_table(&["ID", "NAME", "TIER", "TEAM", "STATE", "ATTEMPT", "GPUS", "NODES", "AGE/WAIT", "REASON"], &rows)
+}
+
+/// Returns one job in detail: the table row plus its command, times and interruptions.
+fn job_detail(j: &JobView, now: f64) -> String {
+    let opt = |t: Option<f64>| t.map(fmt_time).unwrap_or_else(|| "-".into());
+    format!(
+        "{}argv:          {}\nsubmitted:     {}\nstarted:       {}\nended:         {}\ninterruptions: {}\npreemptions:   {}\n",
+        jobs_table(std::slice::from_ref(j), now),
+        j.argv.join(" "),
+        fmt_time(j.submitted_at),
+        opt(j.started_at),
+        opt(j.ended_at),
+        j.interruptions,
+        j.preemptions
+    )
+}
+
+/// Returns the nodes table: ID POOL TYPE MARKET STATE GPUS FREE JOBS (a protected node's state says so).
+pub fn nodes_table(nodes: &[NodeView]) -> String {
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| {
+            let state = if n.protected { format!("{} (protected)", n.state) } else { n.state.clone() };
+            vec![
+                n.id.to_string(),
+                n.pool.clone(),
+                n.instance_type.clone().unwrap_or_else(|| "-".into()),
+                n.market.clone(),
+                state,
+                n.gpus.to_string(),
+                n.free_gpus.to_string(),
+                list(&n.jobs),
+            ]
+        })
+        .collect();
+    render_table(&["ID", "POOL", "TYPE", "MARKET", "STATE", "GPUS", "FREE", "JOBS"], &rows)
+}
+
+/// Returns the pools table: NAME MARKET NODES READY MIN MAX GPUS BUSY (a protected pool's name says so).
+pub fn pools_table(pools: &[PoolView]) -> String {
+    let rows: Vec<Vec<String>> = pools
+        .iter()
+        .map(|p| {
+            let name = if p.protected { format!("{} (protected)", p.name) } else { p.name.clone() };
+            vec![
+                name,
+                p.market.clone(),
+                p.nodes.to_string(),
+                p.ready_nodes.to_string(),
+                p.min_nodes.to_string(),
+                p.max_nodes.to_string(),
+                p.gpus.to_string(),
+                p.busy_gpus.to_string(),
+            ]
+        })
+        .collect();
+    render_table(&["NAME", "MARKET", "NODES", "READY", "MIN", "MAX", "GPUS", "BUSY"], &rows)
+}
+
+/// Returns the events table: TIME (UTC) KIND SUBJECT REASON DETAIL.
+pub fn events_table(events: &[EventView]) -> String {
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(|e| vec![fmt_time(e.at), e.kind.clone(), e.subject.clone(), e.reason.clone(), e.detail.clone()])
+        .collect();
+    render_table(&["TIME", "KIND", "SUBJECT", "REASON", "DETAIL"], &rows)
+}
+
+/// Returns the cost breakdown: one row per (group, key) with USD, total and idle first.
+pub fn cost_table(c: &CostView) -> String {
+    let usd = |v: f64| format!("{v:.2}");
+    let mut rows = vec![
+        vec!["total".to_string(), "-".to_string(), usd(c.total_usd)],
+        vec!["idle".to_string(), "-".to_string(), usd(c.idle_usd)],
+    ];
+    for (group, map) in [("team", &c.by_team), ("tier", &c.by_tier), ("pool", &c.by_pool), ("market", &c.by_market)] {
+        rows.extend(map.iter().map(|(k, v)| vec![group.to_string(), k.clone(), usd(*v)]));
+    }
+    render_table(&["GROUP", "KEY", "USD"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "name = \"train\"\ntier = \"p0\"\ngpus = 4\nworkers = 2\nargv = [\"python3\", \"train.py\"]\n\
+                        interruptible = false\n[env]\nA = \"1\"\nB = \"2\"\n";
+
+    #[test]
+    fn a_good_job_file_parses() {
+        let f = parse_job_file(Path::new("job.toml"), GOOD).unwrap_or_default();
+        assert_eq!(f.tier.as_deref(), Some("p0"));
+        assert_eq!((f.gpus, f.workers, f.interruptible), (Some(4), Some(2), Some(false)));
+        let s = build_submit(&SubmitArgs::default(), f).ok().unwrap_or_default();
+        assert_eq!(s.argv, ["python3", "train.py"]);
+        assert_eq!(s.env.get("B").map(String::as_str), Some("2"));
+        assert_eq!(s.name.as_deref(), Some("train"));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_types_are_named() {
+        let e = parse_job_file(Path::new("job.toml"), "tier = \"p1\"\ngpuz = 2\n").err().map(|e| e.to_string());
+        let e = e.unwrap_or_default();
+        assert!(e.contains("job.toml") && e.contains("gpuz") && e.contains("line 2"), "{e}");
+        let e = parse_job_file(Path::new("j.toml"), "gpus = \"two\"\n").err().map(|e| e.to_string());
+        let e = e.unwrap_or_default();
+        assert!(e.contains("j.toml") && e.contains("`gpus`"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let f = parse_job_file(Path::new("job.toml"), GOOD).unwrap_or_default();
+        let args = SubmitArgs {
+            tier: Some("p2".into()),
+            gpus: Some(1),
+            env: vec![("B".into(), "x".into()), ("C".into(), "3".into())],
+            interruptible: Some(true),
+            argv: vec!["sleep".into(), "1".into()],
+            ..Default::default()
+        };
+        let s = build_submit(&args, f).ok().unwrap_or_default();
+        assert_eq!((s.tier.as_str(), s.gpus, s.workers, s.interruptible), ("p2", 1, Some(2), Some(true)));
+        assert_eq!(s.argv, ["sleep", "1"]);
+        let env: Vec<_> = s.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(env, ["A=1", "B=x", "C=3"]);
+    }
+
+    #[test]
+    fn defaults_and_missing_argv() {
+        let args = SubmitArgs { argv: vec!["true".into()], ..Default::default() };
+        let s = build_submit(&args, JobFile::default()).ok().unwrap_or_default();
+        assert_eq!((s.tier.as_str(), s.gpus), ("p1", 1));
+        let e = build_submit(&SubmitArgs::default(), JobFile::default()).err().map(|e| e.to_string());
+        assert!(e.unwrap_or_default().contains("no command"));
+    }
+
+    #[test]
+    fn the_job_file_covers_every_submit_field() {
+        // A field added to JobSubmit but not to JobFile makes this fail (deny_unknown_fields).
+        let full = JobSubmit {
+            name: Some("n".into()),
+            tier: "p1".into(),
+            team: Some("t".into()),
+            gpus: 1,
+            workers: Some(1),
+            argv: vec!["x".into()],
+            env: BTreeMap::from([("K".into(), "V".into())]),
+            workdir: Some("/".into()),
+            gpu_model: Some("h100".into()),
+            interruptible: Some(true),
+            checkpoint_interval_s: Some(1.0),
+            deadline_s: Some(1.0),
+            expected_duration_s: Some(1.0),
+        };
+        let v = serde_json::to_value(&full).unwrap_or_default();
+        assert!(serde_json::from_value::<JobFile>(v).is_ok());
+    }
+
+    #[test]
+    fn tables_have_their_columns() {
+        let job = JobView {
+            id: 17,
+            name: "train".into(),
+            tier: "p1".into(),
+            team: "research".into(),
+            state: "queued".into(),
+            gpus: 2,
+            workers: 4,
+            submitted_at: 1000.0,
+            pending_reason: Some("no_capacity".into()),
+            ..Default::default()
+        };
+        let t = jobs_table(&[job], 1300.0);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["ID", "NAME", "TIER", "TEAM", "STATE", "ATTEMPT", "GPUS", "NODES", "AGE/WAIT", "REASON"]
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["17", "train", "p1", "research", "queued", "0", "4x2", "-", "5m00s", "no_capacity"]
+        );
+        // Columns line up: each header starts where its cells start.
+        assert_eq!(lines[0].find("TEAM"), lines[1].find("research"));
+        let node = NodeView {
+            id: 3,
+            pool: "spot".into(),
+            market: "spot".into(),
+            state: "ready".into(),
+            gpus: 8,
+            free_gpus: 6,
+            jobs: vec![17, 18],
+            ..Default::default()
+        };
+        let t = nodes_table(&[node]);
+        assert!(t.starts_with("ID  POOL  TYPE  MARKET  STATE  GPUS  FREE  JOBS\n"), "{t}");
+        assert!(t.contains("17,18"));
+        let t = pools_table(&[PoolView { name: "spot".into(), protected: true, ..Default::default() }]);
+        assert!(t.starts_with("NAME") && t.contains("spot (protected)") && t.contains("BUSY"), "{t}");
+        let t = events_table(&[EventView { at: 86400.0 * 365.0, kind: "scale_out".into(), ..Default::default() }]);
+        assert!(t.contains("TIME") && t.contains("DETAIL") && t.contains("1971-01-01 00:00:00"), "{t}");
+        let c =
+            CostView { total_usd: 12.5, by_team: BTreeMap::from([("research".into(), 10.0)]), ..Default::default() };
+        let t = cost_table(&c);
+        assert!(t.contains("total") && t.contains("12.50") && t.contains("research") && t.contains("10.00"), "{t}");
+    }
+
+    #[test]
+    fn durations_and_times() {
+        assert_eq!(fmt_duration(45.2), "45s");
+        assert_eq!(fmt_duration(3725.0), "1h02m");
+        assert_eq!(fmt_duration(2.0 * 86400.0 + 7200.0), "2d02h");
+        assert_eq!(fmt_time(1_700_000_000.0), "2023-11-14 22:13:20");
+    }
+}

@@ -1,0 +1,178 @@
+//! `spillway up`, `spillway server` and `spillway agent`: the daemon on embedded defaults (or a config), and the node
+//! agent the local provider starts.
+
+use anyhow::{Context, Result};
+use spillway_server::{DaemonOptions, ServeOptions, Started};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The built-in cluster of `spillway up`.
+const LOCAL_CONFIG: &str = include_str!("../../../examples/local.toml");
+/// The demo's training script, written into the data directory.
+const TRAIN_PY: &str = include_str!("../../../examples/train.py");
+
+#[derive(clap::Args, Clone)]
+pub struct ServerArgs {
+    /// Cluster config (TOML); default: the built-in local cluster (examples/local.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address of the API; loopback unless you choose otherwise.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: SocketAddr,
+    /// Where the store (SQLite), logs, checkpoints and agent records live.
+    #[arg(long, env = "SPILLWAY_DATA_DIR", default_value = ".spillway")]
+    data_dir: PathBuf,
+    /// Seconds without a heartbeat before a node is lost and its jobs requeued.
+    #[arg(long, default_value_t = 10.0)]
+    heartbeat_timeout_s: f64,
+    /// Seed of injected spot interruptions.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// On a graceful stop leave the nodes running (a restarted daemon adopts them); default: terminate them.
+    #[arg(long)]
+    keep_nodes: bool,
+}
+
+#[derive(clap::Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Also submit a burst of mixed-tier jobs running examples/train.py and narrate what happens.
+    #[arg(long)]
+    demo: bool,
+    /// With --demo: stop the daemon once the demo is over (jobs done, cloud pools back to zero).
+    #[arg(long)]
+    exit_after_demo: bool,
+}
+
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    #[arg(long)]
+    server: String,
+    #[arg(long)]
+    node: u32,
+    #[arg(long)]
+    token: String,
+    #[arg(long)]
+    gpus: u32,
+    #[arg(long)]
+    data_dir: PathBuf,
+    #[arg(long, default_value_t = 0.0)]
+    boot_delay_s: f64,
+    #[arg(long, default_value_t = 500)]
+    heartbeat_ms: u64,
+}
+
+/// Runs the node agent until its node is terminated.
+pub fn agent(a: AgentArgs) -> Result<()> {
+    spillway_agent::run(spillway_agent::AgentArgs {
+        server: a.server,
+        node: a.node,
+        token: a.token,
+        gpus: a.gpus,
+        data_dir: a.data_dir,
+        boot_delay_s: a.boot_delay_s,
+        heartbeat_ms: a.heartbeat_ms,
+    })
+}
+
+/// `spillway server`: the daemon, until SIGINT or SIGTERM.
+pub fn server(a: ServerArgs) -> Result<()> {
+    run_daemon(a, |s, _| {
+        println!("spillway server listening on {} (replayed {} jobs from the store)", s.url, s.replayed);
+    })
+}
+
+/// `spillway up`: the daemon on embedded defaults, with how to use it; `--demo` drives a demo against it.
+pub fn up(a: UpArgs) -> Result<()> {
+    let (demo, exit_after) = (a.demo, a.exit_after_demo);
+    let data_dir = a.server.data_dir.clone();
+    run_daemon(a.server, move |s, stop| {
+        let dir = data_dir.display();
+        println!("spillway is up: API {} (store {dir}/spillway.db, local provider: nodes are agent processes)", s.url);
+        println!("  admin token in {dir}/client.json (the CLI reads it); team tokens in {dir}/tokens.json");
+        println!("  submit a job:  spillway submit --tier p1 --gpus 1 -- python3 -c 'print(\"hello\")'");
+        println!("  watch:         spillway jobs ls; spillway nodes ls; spillway events; spillway cost");
+        println!("  stop:          Ctrl-C (terminates the nodes)");
+        if demo {
+            let (url, token, dir) = (s.url.clone(), s.admin_token.clone(), data_dir.clone());
+            std::thread::spawn(move || {
+                if let Err(e) = crate::demo::run(&url, &token, &dir) {
+                    eprintln!("demo: {e:#}");
+                }
+                if exit_after {
+                    stop();
+                }
+            });
+        }
+    })
+}
+
+/// Starts the daemon; `started(info, stop)` runs once it serves (`stop` ends it like Ctrl-C would).
+fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>) + Send + 'static) -> Result<()> {
+    let (name, text) = match &a.config {
+        Some(p) => (p.display().to_string(), std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?),
+        None => ("<built-in examples/local.toml>".to_string(), LOCAL_CONFIG.to_string()),
+    };
+    // Check the config before anything starts, so a typo is a clear error and not a half-started daemon.
+    spillway_core::Config::parse(&name, &text)?;
+    std::fs::create_dir_all(&a.data_dir).with_context(|| format!("creating {}", a.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&a.data_dir).with_context(|| format!("resolving {}", a.data_dir.display()))?;
+    std::fs::write(data_dir.join("train.py"), TRAIN_PY).context("writing train.py into the data directory")?;
+    let exe = std::env::current_exe().context("locating the spillway binary for agents")?;
+    let opts = ServeOptions {
+        daemon: DaemonOptions {
+            data_dir: data_dir.clone(),
+            heartbeat_timeout: Duration::from_secs_f64(a.heartbeat_timeout_s.max(1.0)),
+            boot_grace: Duration::from_secs(60),
+            tick: Duration::from_millis(200),
+            seed: a.seed,
+        },
+        config_name: name,
+        config_text: text,
+        listen: a.listen,
+        agent_command: vec![exe.display().to_string(), "agent".into()],
+        stop_nodes_on_exit: !a.keep_nodes,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    rt.block_on(async move {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let shutdown = async move {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+                Some(()) = rx.recv() => {}
+            }
+            eprintln!("spillway: stopping");
+        };
+        let dir = data_dir.clone();
+        spillway_server::serve(opts, move |s| {
+            if let Err(e) = write_client_files(&dir, s) {
+                eprintln!("spillway: {e:#}");
+            }
+            let stop: Box<dyn Fn() + Send> = Box::new(move || {
+                let _ = tx.send(());
+            });
+            started(s, stop);
+        }, shutdown)
+        .await
+    })
+}
+
+/// Writes `client.json` (server and admin token, read by the CLI) and `tokens.json` (every token), owner-only.
+fn write_client_files(dir: &std::path::Path, s: &Started) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let write = |name: &str, v: serde_json::Value| -> Result<()> {
+        let path = dir.join(name);
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path).with_context(|| format!("writing {}", path.display()))?;
+        std::io::Write::write_all(&mut f, serde_json::to_string_pretty(&v)?.as_bytes())?;
+        Ok(())
+    };
+    write("client.json", serde_json::json!({"server": s.url, "token": s.admin_token}))?;
+    write("tokens.json", serde_json::json!({"server": s.url, "admin": s.admin_token, "teams": s.team_tokens}))
+}

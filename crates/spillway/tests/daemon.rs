@@ -1,0 +1,413 @@
+//! The daemon with real processes: `spillway server` on a temp data dir, agents started by the local provider, jobs
+//! running `examples/train.py`. End to end (interruptions, `kill -9` and restart), security and bad input.
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_spillway");
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+}
+
+/// A daemon under test: its data dir, port and process.
+struct Daemon {
+    dir: PathBuf,
+    config: PathBuf,
+    port: u16,
+    child: Option<Child>,
+    agent: ureq::Agent,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Daemon {
+    fn new(name: &str, config: &str) -> Daemon {
+        let dir = std::env::temp_dir().join(format!("spillway-daemon-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("cluster.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into();
+        let mut d = Daemon { dir: dir.join("data"), config: cfg, port: free_port(), child: None, agent };
+        d.start();
+        d
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.with_extension("log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["server", "--config"])
+            .arg(&self.config)
+            .args(["--listen", &format!("127.0.0.1:{}", self.port), "--heartbeat-timeout-s", "5", "--data-dir"])
+            .arg(&self.dir)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let t = Instant::now();
+        while self.raw("GET", "/healthz", None, None).0 != 200 {
+            assert!(t.elapsed() < Duration::from_secs(20), "daemon did not come up; log: {}", self.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default()
+    }
+
+    fn tokens(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.dir.join("tokens.json")).unwrap()).unwrap()
+    }
+
+    fn admin(&self) -> String {
+        self.tokens()["admin"].as_str().unwrap().to_string()
+    }
+
+    /// Returns (status, body) of a request.
+    fn raw(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let res = match method {
+            "GET" => {
+                let mut r = self.agent.get(&url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }
+            _ => {
+                let mut r = self.agent.post(&url).header("Content-Type", "application/json");
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.send(body.unwrap_or("{}"))
+            }
+        };
+        match res {
+            Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default()),
+            Err(_) => (0, String::new()),
+        }
+    }
+
+    fn get(&self, path: &str) -> Value {
+        let (s, b) = self.raw("GET", path, Some(&self.admin()), None);
+        assert_eq!(s, 200, "GET {path}: {b}");
+        serde_json::from_str(&b).unwrap()
+    }
+
+    fn post(&self, path: &str, body: Value) -> Value {
+        let (s, b) = self.raw("POST", path, Some(&self.admin()), Some(&body.to_string()));
+        assert!(s == 200 || s == 201, "POST {path}: {s} {b}");
+        serde_json::from_str(&b).unwrap()
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc_kill(c.id() as i32, 15) };
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(20) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Pids of agent processes of this daemon still alive.
+    fn agents_alive(&self) -> Vec<u32> {
+        let marker = self.dir.display().to_string();
+        let mut out = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+            let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
+            if !zombie && cmd.contains(" agent ") && cmd.contains(&marker) {
+                out.push(pid);
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+        for pid in self.agents_alive() {
+            unsafe { libc_kill(pid as i32, 9) };
+        }
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+fn python() -> bool {
+    Command::new("python3").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+const E2E_CONFIG: &str = r#"
+[cluster]
+name = "e2e"
+[[teams]]
+name = "research"
+[[teams]]
+name = "applied"
+[[instance_types]]
+name = "vm4"
+gpus = 4
+gpu_model = "virtual"
+on_demand_usd_per_hour = 12.0
+spot_usd_per_hour = 3.6
+[[pools]]
+name = "onprem"
+market = "fixed"
+gpu_usd_per_hour = 0.9
+nodes = [{ count = 2, gpus = 4, gpu_model = "virtual" }]
+[[pools]]
+name = "od"
+market = "on_demand"
+instance_types = ["vm4"]
+max_nodes = 4
+boot_latency_s = 1
+idle_timeout_s = 6
+scale_out_cooldown_s = 1
+scale_in_cooldown_s = 1
+[[pools]]
+name = "spot"
+market = "spot"
+instance_types = ["vm4"]
+max_nodes = 6
+boot_latency_s = 1
+idle_timeout_s = 6
+scale_out_cooldown_s = 1
+scale_in_cooldown_s = 1
+interruption_notice_s = 4
+[tiers.p1]
+burst_after_s = 1
+spot_fallback_after_s = 15
+checkpoint_time_s = 2
+[tiers.p2]
+burst_after_s = 1
+checkpoint_time_s = 2
+"#;
+
+/// A guard around train.py: holds an exclusive lock per (job, rank) while it runs, so two attempts of one worker
+/// running at once is caught (the second prints DOUBLE RUN and fails).
+const GUARD: &str = r#"
+import fcntl, os, sys
+d = os.environ["SPILLWAY_CHECKPOINT_DIR"]
+os.makedirs(d, exist_ok=True)
+f = open(os.path.join(d, ".lock-rank" + os.environ.get("RANK", "0")), "w")
+try:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    print("DOUBLE RUN", flush=True)
+    sys.exit(3)
+os.set_inheritable(f.fileno(), True)
+os.execvp(sys.argv[1], sys.argv[1:])
+"#;
+
+#[test]
+fn end_to_end_jobs_survive_interruptions_and_a_daemon_kill() {
+    if !python() {
+        println!("skipping: python3 not found (the jobs run examples/train.py)");
+        return;
+    }
+    let mut d = Daemon::new("e2e", E2E_CONFIG);
+    let guard = d.dir.with_extension("guard.py");
+    std::fs::write(&guard, GUARD).unwrap();
+    let train = repo("examples/train.py").display().to_string();
+    let argv = |steps: u32| json!(["python3", guard.display().to_string(), "python3", train, "--steps", steps.to_string(), "--step-time", "0.3", "--checkpoint-every", "3"]);
+    let mut ids = Vec::new();
+    let mix: [(&str, &str, u32, u32, usize); 5] =
+        [("p0", "research", 2, 1, 4), ("p1", "research", 2, 1, 6), ("p1", "applied", 2, 2, 1), ("p1", "applied", 1, 1, 2), ("p2", "applied", 1, 1, 7)];
+    for (tier, team, gpus, workers, n) in mix {
+        for _ in 0..n {
+            let v = d.post("/v1/jobs", json!({"tier": tier, "team": team, "gpus": gpus, "workers": workers, "argv": argv(40)}));
+            ids.push(v["id"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(ids.len(), 20);
+    // Two interruptions of busy spot nodes, a few seconds apart, once their jobs have checkpointed.
+    let mut interrupted_jobs: Vec<u64> = Vec::new();
+    let t = Instant::now();
+    while interrupted_jobs.len() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(90), "no busy spot node to interrupt; log: {}", d.log());
+        std::thread::sleep(Duration::from_millis(500));
+        let nodes = d.get("/v1/nodes");
+        let busy = nodes.as_array().unwrap().iter().find(|n| {
+            n["market"] == "spot" && n["state"] == "ready" && n["jobs"].as_array().is_some_and(|j| !j.is_empty() && j.iter().all(|x| !interrupted_jobs.contains(&x.as_u64().unwrap())))
+        });
+        let Some(n) = busy else { continue };
+        let jobs: Vec<u64> = n["jobs"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        // Let the jobs get past a checkpoint first (3 steps of 0.3 s plus the start-up).
+        std::thread::sleep(Duration::from_secs(3));
+        d.post(&format!("/v1/nodes/{}/interrupt", n["id"]), json!({}));
+        interrupted_jobs.extend(jobs);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    // The daemon dies without warning and comes back: jobs and nodes are adopted from the store and the provider.
+    std::thread::sleep(Duration::from_secs(2));
+    d.kill9();
+    std::thread::sleep(Duration::from_secs(1));
+    d.start();
+    let t = Instant::now();
+    loop {
+        let jobs = d.get("/v1/jobs?limit=1000");
+        let states: Vec<(u64, String)> = jobs.as_array().unwrap().iter().map(|j| (j["id"].as_u64().unwrap(), j["state"].as_str().unwrap().to_string())).collect();
+        if states.iter().all(|(_, s)| s == "succeeded" || s == "failed" || s == "cancelled") {
+            assert!(states.iter().all(|(_, s)| s == "succeeded"), "{states:?}\n{}", d.log());
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(240), "jobs did not finish: {states:?}\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let all_done = Instant::now();
+    // Each interrupted job resumed from its checkpoint: a later attempt started past step 0.
+    for id in &interrupted_jobs {
+        let (s, logs) = d.raw("GET", &format!("/v1/jobs/{id}/logs"), Some(&d.admin()), None);
+        assert_eq!(s, 200);
+        let resumed = logs.lines().any(|l| l.starts_with("resumed from step") && !l.starts_with("resumed from step 0 "));
+        assert!(resumed, "job {id} did not resume from a checkpoint:\n{logs}");
+        assert!(d.get(&format!("/v1/jobs/{id}"))["attempt"].as_u64().unwrap() >= 2);
+    }
+    // No job ever ran twice at once (the guard would have failed the job and printed DOUBLE RUN).
+    for id in &ids {
+        let (_, logs) = d.raw("GET", &format!("/v1/jobs/{id}/logs"), Some(&d.admin()), None);
+        assert!(!logs.contains("DOUBLE RUN"), "job {id} ran twice at once:\n{logs}");
+        assert!(logs.contains("done:"), "job {id} did not finish its steps:\n{logs}");
+    }
+    // Cloud pools return to min (0) within the idle timeout plus a cycle or two.
+    loop {
+        let pools = d.get("/v1/pools");
+        let cloud: u64 = pools.as_array().unwrap().iter().filter(|p| p["market"] != "fixed").map(|p| p["nodes"].as_u64().unwrap()).sum();
+        if cloud == 0 {
+            break;
+        }
+        assert!(all_done.elapsed() < Duration::from_secs(6 + 10), "cloud pools not back at min: {pools}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    println!("cloud pools at min {:.1} s after the last job ended", all_done.elapsed().as_secs_f64());
+    let events = d.get("/v1/events?kind=interruption");
+    assert!(!events.as_array().unwrap().is_empty(), "no interruption recorded");
+    d.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(d.agents_alive().is_empty(), "agent processes left behind: {:?}", d.agents_alive());
+}
+
+const SMALL_CONFIG: &str = r#"
+[cluster]
+name = "sec"
+[[teams]]
+name = "research"
+[[teams]]
+name = "applied"
+[[instance_types]]
+name = "vm4"
+gpus = 4
+on_demand_usd_per_hour = 12.0
+[[pools]]
+name = "onprem"
+market = "fixed"
+gpu_usd_per_hour = 0.9
+nodes = [{ count = 2, gpus = 2 }]
+[[pools]]
+name = "od"
+market = "on_demand"
+instance_types = ["vm4"]
+max_nodes = 2
+boot_latency_s = 1
+"#;
+
+#[test]
+fn tokens_scope_what_a_caller_can_see_and_do() {
+    let d = Daemon::new("sec", SMALL_CONFIG);
+    let tokens = d.tokens();
+    let (research, applied) = (tokens["teams"]["research"].as_str().unwrap().to_string(), tokens["teams"]["applied"].as_str().unwrap().to_string());
+    assert_eq!(d.raw("GET", "/v1/jobs", None, None).0, 401);
+    assert_eq!(d.raw("GET", "/v1/jobs", Some("wrong"), None).0, 401);
+    let job = json!({"tier": "p1", "gpus": 1, "argv": ["sleep", "30"]}).to_string();
+    let (s, b) = d.raw("POST", "/v1/jobs", Some(&research), Some(&job));
+    assert_eq!(s, 201, "{b}");
+    let id = serde_json::from_str::<Value>(&b).unwrap()["id"].as_u64().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&b).unwrap()["team"], "research");
+    // Another team can neither see nor cancel it, nor submit in research's name.
+    assert_eq!(d.raw("GET", &format!("/v1/jobs/{id}"), Some(&applied), None).0, 403);
+    assert_eq!(d.raw("POST", &format!("/v1/jobs/{id}/cancel"), Some(&applied), None).0, 403);
+    let (_, list) = d.raw("GET", "/v1/jobs", Some(&applied), None);
+    assert_eq!(list.trim(), "[]");
+    let as_research = json!({"tier": "p1", "team": "research", "gpus": 1, "argv": ["true"]}).to_string();
+    assert_eq!(d.raw("POST", "/v1/jobs", Some(&applied), Some(&as_research)).0, 403);
+    // Team tokens cannot act as admin.
+    assert_eq!(d.raw("POST", "/v1/pools/od/scale", Some(&research), Some(r#"{"max_nodes": 1}"#)).0, 403);
+    assert_eq!(d.raw("GET", &format!("/v1/jobs/{id}"), Some(&research), None).0, 200);
+    assert_eq!(d.raw("POST", &format!("/v1/jobs/{id}/cancel"), Some(&research), None).0, 200);
+    // A node token acts only for its node, and is no user token.
+    let db = rusqlite::Connection::open(d.dir.join("spillway.db")).unwrap();
+    let tok0: String = db.query_row("SELECT token FROM node_tokens WHERE node = 0", [], |r| r.get(0)).unwrap();
+    assert_eq!(d.raw("POST", "/v1/agent/heartbeat", Some(&tok0), Some(r#"{"node": 1}"#)).0, 403);
+    assert_eq!(d.raw("POST", "/v1/agent/heartbeat", Some(&tok0), Some(r#"{"node": 0}"#)).0, 200);
+    assert_eq!(d.raw("GET", "/v1/jobs", Some(&tok0), None).0, 401);
+    assert_eq!(d.raw("POST", "/v1/agent/heartbeat", Some(&research), Some(r#"{"node": 0}"#)).0, 401);
+    // Nothing listens beyond loopback: the daemon's socket is bound to 127.0.0.1.
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = format!(":{:04X}", d.port);
+    let listening: Vec<&str> = tcp.lines().filter(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&port)) && l.split_whitespace().nth(3) == Some("0A")).collect();
+    assert!(!listening.is_empty(), "no listening socket on {port}");
+    for l in listening {
+        assert!(l.split_whitespace().nth(1).unwrap().starts_with("0100007F:"), "listens beyond loopback: {l}");
+    }
+    let openapi = d.get("/v1/openapi.json");
+    assert_eq!(openapi["openapi"], "3.1.0");
+    assert!(openapi["paths"]["/v1/jobs"]["post"].is_object());
+}
+
+#[test]
+fn bad_requests_are_refused_with_the_field_and_store_nothing() {
+    let d = Daemon::new("bad", SMALL_CONFIG);
+    let admin = d.admin();
+    let cases: [(&str, u16, Option<&str>); 7] = [
+        (r#"{"tier": "p1", "gpus": 1, "argv": ["true"]"#, 400, None),
+        (r#"{"tier": "p1", "gpus": 64, "argv": ["true"]}"#, 422, Some("gpus")),
+        (r#"{"tier": "p1", "gpus": 1, "argv": []}"#, 422, Some("argv")),
+        (r#"{"tier": "p9", "gpus": 1, "argv": ["true"]}"#, 422, Some("tier")),
+        (r#"{"tier": "p1", "team": "nobody", "gpus": 1, "argv": ["true"]}"#, 422, Some("team")),
+        (r#"{"tier": "p1", "gpus": "two", "argv": ["true"]}"#, 422, Some("gpus")),
+        (r#"{"tier": "p1", "gpu": 1, "argv": ["true"]}"#, 422, Some("gpu")),
+    ];
+    for (body, status, field) in cases {
+        let (s, b) = d.raw("POST", "/v1/jobs", Some(&admin), Some(body));
+        assert_eq!(s, status, "{body} -> {b}");
+        let e: Value = serde_json::from_str(&b).unwrap_or_else(|_| panic!("not an error body: {b}"));
+        assert!(!e["error"].as_str().unwrap().is_empty());
+        if let Some(f) = field {
+            assert_eq!(e["field"], f, "{body} -> {b}");
+        }
+    }
+    assert_eq!(d.get("/v1/jobs").as_array().unwrap().len(), 0, "a refused job was stored");
+    let db = rusqlite::Connection::open(d.dir.join("spillway.db")).unwrap();
+    let submits: i64 = db.query_row("SELECT count(*) FROM log WHERE entry LIKE '{\"submit\"%'", [], |r| r.get(0)).unwrap();
+    assert_eq!(submits, 0);
+    let (s, b) = d.raw("POST", "/v1/pools/od/scale", Some(&admin), Some(r#"{"min_nodes": 3, "max_nodes": 1}"#));
+    assert_eq!((s, serde_json::from_str::<Value>(&b).unwrap()["field"].as_str()), (422, Some("min_nodes")));
+}
