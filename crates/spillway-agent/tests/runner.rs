@@ -153,7 +153,8 @@ fn checkpoints_reported_once_per_new_file() {
         6,
         0,
         &dir,
-        "sleep 0.3; echo 1 > \"$SPILLWAY_CHECKPOINT_DIR/a\"; sleep 0.5; echo 2 > \"$SPILLWAY_CHECKPOINT_DIR/b\"; sleep 10",
+        // Written as checkpoints should be: to a temporary name, then renamed (the temporary never counts).
+        "cd \"$SPILLWAY_CHECKPOINT_DIR\"; sleep 0.3; echo 1 > a.tmp; sleep 0.1; mv a.tmp a; sleep 0.4; echo 2 > .b; mv .b b; sleep 10",
     );
     // A file left by an earlier attempt is no new checkpoint.
     std::fs::create_dir_all(dir.join("ckpt-6")).unwrap();

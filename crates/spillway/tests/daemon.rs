@@ -325,12 +325,13 @@ name = "applied"
 [[instance_types]]
 name = "vm4"
 gpus = 4
+gpu_model = "virtual"
 on_demand_usd_per_hour = 12.0
 [[pools]]
 name = "onprem"
 market = "fixed"
 gpu_usd_per_hour = 0.9
-nodes = [{ count = 2, gpus = 2 }]
+nodes = [{ count = 2, gpus = 2, gpu_model = "virtual" }]
 [[pools]]
 name = "od"
 market = "on_demand"
