@@ -328,7 +328,7 @@ impl Shared {
         for id in victims {
             let _ = interrupt(&mut st, now, id);
         }
-        if st.engine.poll_timeout().is_some_and(|t| t <= now) {
+        if st.undecided || st.engine.poll_timeout().is_some_and(|t| t <= now) {
             let _ = st.apply(now, Entry::Wake);
         }
         drop(st);

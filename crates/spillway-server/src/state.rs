@@ -43,6 +43,8 @@ pub struct State {
     pub reclaim_at: BTreeMap<u32, Time>,
     /// Provider calls to make.
     pub effects: Vec<Effect>,
+    /// Submissions the engine has not decided on yet (the next tick decides them in one batch).
+    pub undecided: bool,
 }
 
 /// Why an input was refused; nothing was logged.
@@ -73,6 +75,7 @@ impl State {
             exits: BTreeMap::new(),
             reclaim_at: BTreeMap::new(),
             effects: Vec::new(),
+            undecided: false,
         })
     }
 
@@ -94,6 +97,10 @@ impl State {
         if !self.replaying {
             self.store.append(now, &entry)?;
         }
+        // Submissions are decided in batches at the next tick (a logged wake), not one by one: a decision scans
+        // the queue, so deciding per submission would make a burst of N jobs cost N scans. Replay follows the
+        // same rule, so it rebuilds the same state.
+        let decide = !matches!(entry, Entry::Submit { .. });
         let result = match entry {
             Entry::Submit { spec, command } => match self.engine.submit(now, spec) {
                 Ok(id) => {
@@ -115,12 +122,17 @@ impl State {
                 Ok(None)
             }
         };
-        self.drain(now);
+        if decide {
+            self.drain(now);
+        } else {
+            self.undecided = true;
+        }
         result
     }
 
     /// Turns the engine's pending actions into desired state and effects.
     fn drain(&mut self, now: Time) {
+        self.undecided = false;
         while let Some(action) = self.engine.poll_action() {
             match action {
                 Action::Launch { node, .. } => {
