@@ -9,7 +9,7 @@
 //!   `POST /v1/nodes/{id}/protect` [`Protect`] -> [`NodeView`].
 //! - `GET /v1/pools` -> `[PoolView]`; `POST /v1/pools/{name}/scale` [`PoolScale`] -> [`PoolView`];
 //!   `POST /v1/pools/{name}/protect` [`Protect`] -> [`PoolView`].
-//! - `GET /v1/events?job=&node=&pool=&kind=&limit=` -> `[EventView]`; `GET /v1/cost` -> [`CostView`].
+//! - `GET /v1/events?job=&node=&pool=&kind=&limit=` -> `[EventView]`; `GET /v1/cost?since=&until=` -> [`CostView`].
 //! - `POST /v1/agent/heartbeat` [`Heartbeat`] -> [`HeartbeatReply`] (node token only).
 //! - `GET /v1/openapi.json`, `GET /healthz`, `GET /readyz`, `GET /metrics` (no token).
 //! - Errors: 4xx/5xx with [`ErrorBody`].
@@ -144,9 +144,14 @@ pub struct EventView {
     pub detail: String,
 }
 
-/// Cost so far, in USD.
+/// Cost in USD: so far, or over the window `since..until` (`GET /v1/cost?since=&until=`, seconds since the epoch;
+/// a past bound resolves to the last minute snapshot before it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CostView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<f64>,
     pub total_usd: f64,
     pub idle_usd: f64,
     pub by_team: BTreeMap<String, f64>,

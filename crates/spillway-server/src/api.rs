@@ -355,10 +355,49 @@ async fn list_events(State(s): S, headers: HeaderMap, Query(f): Query<EventFilte
     Ok(axum::Json(v).into_response())
 }
 
-async fn cost(State(s): S, headers: HeaderMap) -> ApiResult<Response> {
+#[derive(Deserialize)]
+struct CostWindow {
+    since: Option<f64>,
+    until: Option<f64>,
+}
+
+/// `GET /v1/cost[?since=&until=]`: cumulative cost now, or the cost accrued between two instants (seconds since the
+/// epoch). A past instant resolves to the last minute snapshot at or before it (zero before the first).
+async fn cost(State(s): S, headers: HeaderMap, Query(w): Query<CostWindow>) -> ApiResult<Response> {
     admin(&s, &headers)?;
+    let now = now_ms();
+    let ms = |f: &str, v: Option<f64>| -> ApiResult<Option<i64>> {
+        match v {
+            Some(x) if !x.is_finite() || x < 0.0 => Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, f, format!("{f}: {x} is not a time"))),
+            Some(x) => Ok(Some((x * 1000.0) as i64)),
+            None => Ok(None),
+        }
+    };
+    let (since, until) = (ms("since", w.since)?, ms("until", w.until)?.map(|u| u.min(now)));
+    if let (Some(a), Some(b)) = (since, until) {
+        if a > b {
+            return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "since", "since is after until"));
+        }
+    }
     let st = s.state();
-    Ok(axum::Json(views::cost(&st, now_ms())).into_response())
+    let at = |t: Option<i64>| -> ApiResult<spillway_api::CostView> {
+        match t {
+            None => Ok(views::cost(&st, now)),
+            Some(t) if t >= now - 1000 => Ok(views::cost(&st, now)),
+            Some(t) => match st.store.cost_snapshot_before(t).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))? {
+                Some((_, json)) => serde_json::from_str(&json).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+                None => Ok(spillway_api::CostView::default()),
+            },
+        }
+    };
+    let end = at(until)?;
+    let mut v = match since {
+        Some(_) => views::cost_minus(&end, &at(since)?),
+        None => end,
+    };
+    v.since = w.since;
+    v.until = Some(until.unwrap_or(now) as f64 / 1000.0);
+    Ok(axum::Json(v).into_response())
 }
 
 async fn metrics(State(s): S) -> Response {

@@ -331,6 +331,20 @@ impl Shared {
         if st.undecided || st.engine.poll_timeout().is_some_and(|t| t <= now) {
             let _ = st.apply(now, Entry::Wake);
         }
+        // A cumulative cost snapshot each minute, so `GET /v1/cost?since=&until=` can answer windows.
+        let minute = now.div_euclid(60_000);
+        if st.cost_minute != Some(minute) {
+            st.cost_minute = Some(minute);
+            let cost = crate::views::cost(&st, now);
+            match serde_json::to_string(&cost) {
+                Ok(json) => {
+                    if let Err(e) = st.store.put_cost_snapshot(now, &json) {
+                        eprintln!("spillway: {e}");
+                    }
+                }
+                Err(e) => eprintln!("spillway: cost snapshot: {e}"),
+            }
+        }
         drop(st);
         self.flush();
     }

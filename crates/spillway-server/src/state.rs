@@ -45,6 +45,8 @@ pub struct State {
     pub effects: Vec<Effect>,
     /// Submissions the engine has not decided on yet (the next tick decides them in one batch).
     pub undecided: bool,
+    /// The minute of the last cost snapshot.
+    pub cost_minute: Option<i64>,
 }
 
 /// Why an input was refused; nothing was logged.
@@ -76,6 +78,7 @@ impl State {
             reclaim_at: BTreeMap::new(),
             effects: Vec::new(),
             undecided: false,
+            cost_minute: None,
         })
     }
 

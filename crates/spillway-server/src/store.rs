@@ -63,7 +63,8 @@ impl Store {
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, entry TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS node_tokens (node INTEGER PRIMARY KEY, token TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS cost_snapshots (at_ms INTEGER PRIMARY KEY, cost TEXT NOT NULL);",
         )
         .map_err(sql("create tables"))?;
         Ok(Store { conn, file })
@@ -119,6 +120,24 @@ impl Store {
             .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| r.get(0))
             .optional()
             .map_err(self.err("read setting"))
+    }
+
+    /// Records the cumulative cost (JSON) at `at_ms`.
+    pub fn put_cost_snapshot(&self, at_ms: i64, cost_json: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute("INSERT OR REPLACE INTO cost_snapshots (at_ms, cost) VALUES (?1, ?2)", params![at_ms, cost_json])
+            .map_err(self.err("save cost snapshot"))?;
+        Ok(())
+    }
+
+    /// Returns the last cost snapshot at or before `at_ms` (time and JSON), if any.
+    pub fn cost_snapshot_before(&self, at_ms: i64) -> Result<Option<(i64, String)>, StoreError> {
+        self.conn
+            .query_row("SELECT at_ms, cost FROM cost_snapshots WHERE at_ms <= ?1 ORDER BY at_ms DESC LIMIT 1", params![at_ms], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(self.err("read cost snapshot"))
     }
 
     /// Sets a setting.

@@ -123,6 +123,23 @@ pub fn cost(st: &State, now: Time) -> CostView {
     v
 }
 
+/// Returns `later - earlier`, key by key (a window of two cumulative costs).
+pub fn cost_minus(later: &CostView, earlier: &CostView) -> CostView {
+    let sub = |a: &std::collections::BTreeMap<String, f64>, b: &std::collections::BTreeMap<String, f64>| {
+        a.iter().map(|(k, v)| (k.clone(), v - b.get(k).copied().unwrap_or(0.0))).collect()
+    };
+    CostView {
+        since: None,
+        until: None,
+        total_usd: later.total_usd - earlier.total_usd,
+        idle_usd: later.idle_usd - earlier.idle_usd,
+        by_team: sub(&later.by_team, &earlier.by_team),
+        by_tier: sub(&later.by_tier, &earlier.by_tier),
+        by_pool: sub(&later.by_pool, &earlier.by_pool),
+        by_market: sub(&later.by_market, &earlier.by_market),
+    }
+}
+
 /// Returns the Prometheus text exposition of the daemon's gauges and counters.
 pub fn metrics(st: &State) -> String {
     use std::fmt::Write;

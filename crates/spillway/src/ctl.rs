@@ -50,10 +50,16 @@ pub enum CtlCommand {
         #[arg(long)]
         limit: Option<u32>,
     },
-    /// Cost so far, in USD, broken down by team, tier, pool and market.
+    /// Cost so far (or over a window), in USD, broken down by team, tier, pool and market.
     Cost {
         #[command(flatten)]
         conn: Conn,
+        /// Start of the window: seconds since the epoch, or an age like 30m, 2h, 1d.
+        #[arg(long)]
+        since: Option<String>,
+        /// End of the window (same forms); default now.
+        #[arg(long)]
+        until: Option<String>,
     },
 }
 
@@ -313,9 +319,10 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
             ]);
             show(client.get_json("/v1/events", &q)?, conn.output, |e: Vec<EventView>| events_table(&e))
         }
-        CtlCommand::Cost { conn } => {
+        CtlCommand::Cost { conn, since, until } => {
             let client = connect(&conn)?;
-            show(client.get_json("/v1/cost", &[])?, conn.output, |c: CostView| cost_table(&c))
+            let q = query(&[("since", since.map(|s| instant(&s)).transpose()?), ("until", until.map(|s| instant(&s)).transpose()?)]);
+            show(client.get_json("/v1/cost", &q)?, conn.output, |c: CostView| cost_table(&c))
         }
     }
 }
@@ -503,6 +510,30 @@ pub fn events_table(events: &[EventView]) -> String {
         .map(|e| vec![fmt_time(e.at), e.kind.clone(), e.subject.clone(), e.reason.clone(), e.detail.clone()])
         .collect();
     render_table(&["TIME", "KIND", "SUBJECT", "REASON", "DETAIL"], &rows)
+}
+
+/// Returns an instant for the cost window as seconds since the epoch: a number as is, or an age (`30m`, `2h`,
+/// `1d`, `90s`) counted back from now.
+fn instant(s: &str) -> anyhow::Result<String> {
+    if let Ok(x) = s.parse::<f64>() {
+        return Ok(format!("{x}"));
+    }
+    let (num, unit) = s.split_at(s.len().saturating_sub(1));
+    let scale = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        _ => 0.0,
+    };
+    match num.parse::<f64>() {
+        Ok(n) if scale > 0.0 && n >= 0.0 => {
+            #[allow(clippy::disallowed_methods)]
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+            Ok(format!("{:.3}", now - n * scale))
+        }
+        _ => Err(crate::client::CliError { code: 2, message: format!("`{s}` is not a time: give seconds since the epoch or an age like 30m, 2h, 1d") }.into()),
+    }
 }
 
 /// Returns the cost breakdown: one row per (group, key) with USD, total and idle first.

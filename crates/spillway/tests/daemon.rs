@@ -378,6 +378,16 @@ fn tokens_scope_what_a_caller_can_see_and_do() {
     for l in listening {
         assert!(l.split_whitespace().nth(1).unwrap().starts_with("0100007F:"), "listens beyond loopback: {l}");
     }
+    // Cost: cumulative, and over a window (snapshots each minute; before the first one counts as zero).
+    std::thread::sleep(Duration::from_millis(500));
+    let total = d.get("/v1/cost")["total_usd"].as_f64().unwrap();
+    assert!(total > 0.0, "owned nodes cost from the start");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let window = d.get(&format!("/v1/cost?since={}&until={}", now - 3600.0, now + 1.0));
+    let recent = d.get(&format!("/v1/cost?since={now}"));
+    assert!(window["total_usd"].as_f64().unwrap() >= total && recent["total_usd"].as_f64().unwrap() < window["total_usd"].as_f64().unwrap(), "{window} {recent}");
+    assert_eq!(d.raw("GET", &format!("/v1/cost?since={}&until={}", now, now - 60.0), Some(&d.admin()), None).0, 422);
+    assert_eq!(d.raw("GET", "/v1/cost", Some(&research), None).0, 403);
     let openapi = d.get("/v1/openapi.json");
     assert_eq!(openapi["openapi"], "3.1.0");
     assert!(openapi["paths"]["/v1/jobs"]["post"].is_object());
