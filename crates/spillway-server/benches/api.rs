@@ -59,14 +59,11 @@ fn load(url: &str, token: &str, clients: usize, n: usize, submit: bool) -> (f64,
     (all.len() as f64 / secs, q(0.50), q(0.99), failed)
 }
 
-fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let (clients, n) = (args.first().copied().unwrap_or(4), args.get(1).copied().unwrap_or(5000));
-    let dir = std::env::temp_dir().join(format!("spillway-bench-api-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// Starts the daemon on `dir` in its own thread; returns (url, admin token, seconds to start, stop handle, thread).
+fn start(dir: &std::path::Path) -> Option<(String, String, f64, tokio::sync::oneshot::Sender<()>, std::thread::JoinHandle<anyhow::Result<()>>)> {
     let opts = ServeOptions {
         daemon: DaemonOptions {
-            data_dir: dir.clone(),
+            data_dir: dir.to_path_buf(),
             heartbeat_timeout: Duration::from_secs(3600),
             boot_grace: Duration::from_secs(60),
             tick: Duration::from_millis(200),
@@ -74,25 +71,38 @@ fn main() {
         },
         config_name: "bench.toml".into(),
         config_text: CONFIG.into(),
-        listen: "127.0.0.1:0".parse().expect("address"),
+        listen: "127.0.0.1:0".parse().ok()?,
         // The owned node's agent is a stand-in process: this bench measures the API, the store and the engine.
         agent_command: vec!["/bin/sh".into(), "-c".into(), "exec sleep 3600".into(), "agent".into()],
         stop_nodes_on_exit: true,
     };
     let (tx_info, rx_info) = std::sync::mpsc::channel();
     let (tx_stop, rx_stop) = tokio::sync::oneshot::channel::<()>();
+    #[allow(clippy::disallowed_methods)]
+    let t0 = Instant::now();
     let server = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         rt.block_on(spillway_server::serve(opts, move |s| {
             let _ = tx_info.send((s.url.clone(), s.admin_token.clone()));
         }, async move {
             let _ = rx_stop.await;
         }))
     });
-    let Ok((url, token)) = rx_info.recv() else {
-        eprintln!("the daemon did not start: {:?}", server.join());
-        return;
-    };
+    match rx_info.recv() {
+        Ok((url, token)) => Some((url, token, t0.elapsed().as_secs_f64(), tx_stop, server)),
+        Err(_) => {
+            eprintln!("the daemon did not start: {:?}", server.join());
+            None
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let (clients, n) = (args.first().copied().unwrap_or(4), args.get(1).copied().unwrap_or(5000));
+    let dir = std::env::temp_dir().join(format!("spillway-bench-api-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let Some((url, token, _, tx_stop, server)) = start(&dir) else { return };
     let _warm = load(&url, &token, clients, 200, false);
     let (href, h50, h99, hf) = load(&url, &token, clients, n, false);
     let (rate, p50, p99, failed) = load(&url, &token, clients, n, true);
@@ -100,6 +110,11 @@ fn main() {
     println!("  GET /healthz (reference)   {href:>8.0} req/s   p50 {h50:.2} ms   p99 {h99:.2} ms   failed {hf}");
     println!("  POST /v1/jobs (SQLite log) {rate:>8.0} req/s   p50 {p50:.2} ms   p99 {p99:.2} ms   failed {failed}");
     println!("  submissions run at {:.2}x the reference rate; {} jobs queued at the end", rate / href, clients * n);
+    let _ = tx_stop.send(());
+    let _ = server.join();
+    // A restart rebuilds the engine by replaying the whole input log.
+    let Some((_, _, secs, tx_stop, server)) = start(&dir) else { return };
+    println!("  restart: the store's {} submissions replayed and the daemon serving in {secs:.2} s", clients * n);
     let _ = tx_stop.send(());
     let _ = server.join();
     let db = dir.join("spillway.db");

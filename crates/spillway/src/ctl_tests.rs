@@ -1,0 +1,133 @@
+//! Unit tests of `ctl.rs`: job files, flag overrides, tables, times.
+
+use super::*;
+
+const GOOD: &str = "name = \"train\"\ntier = \"p0\"\ngpus = 4\nworkers = 2\nargv = [\"python3\", \"train.py\"]\n\
+                    interruptible = false\n[env]\nA = \"1\"\nB = \"2\"\n";
+
+#[test]
+fn a_good_job_file_parses() {
+    let f = parse_job_file(Path::new("job.toml"), GOOD).unwrap_or_default();
+    assert_eq!(f.tier.as_deref(), Some("p0"));
+    assert_eq!((f.gpus, f.workers, f.interruptible), (Some(4), Some(2), Some(false)));
+    let s = build_submit(&SubmitArgs::default(), f).ok().unwrap_or_default();
+    assert_eq!(s.argv, ["python3", "train.py"]);
+    assert_eq!(s.env.get("B").map(String::as_str), Some("2"));
+    assert_eq!(s.name.as_deref(), Some("train"));
+}
+
+#[test]
+fn unknown_fields_and_bad_types_are_named() {
+    let e = parse_job_file(Path::new("job.toml"), "tier = \"p1\"\ngpuz = 2\n").err().map(|e| e.to_string());
+    let e = e.unwrap_or_default();
+    assert!(e.contains("job.toml") && e.contains("gpuz") && e.contains("line 2"), "{e}");
+    let e = parse_job_file(Path::new("j.toml"), "gpus = \"two\"\n").err().map(|e| e.to_string());
+    let e = e.unwrap_or_default();
+    assert!(e.contains("j.toml") && e.contains("`gpus`"), "{e}");
+}
+
+#[test]
+fn flags_override_the_file() {
+    let f = parse_job_file(Path::new("job.toml"), GOOD).unwrap_or_default();
+    let args = SubmitArgs {
+        tier: Some("p2".into()),
+        gpus: Some(1),
+        env: vec![("B".into(), "x".into()), ("C".into(), "3".into())],
+        interruptible: Some(true),
+        argv: vec!["sleep".into(), "1".into()],
+        ..Default::default()
+    };
+    let s = build_submit(&args, f).ok().unwrap_or_default();
+    assert_eq!((s.tier.as_str(), s.gpus, s.workers, s.interruptible), ("p2", 1, Some(2), Some(true)));
+    assert_eq!(s.argv, ["sleep", "1"]);
+    let env: Vec<_> = s.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    assert_eq!(env, ["A=1", "B=x", "C=3"]);
+}
+
+#[test]
+fn defaults_and_missing_argv() {
+    let args = SubmitArgs { argv: vec!["true".into()], ..Default::default() };
+    let s = build_submit(&args, JobFile::default()).ok().unwrap_or_default();
+    assert_eq!((s.tier.as_str(), s.gpus), ("p1", 1));
+    let e = build_submit(&SubmitArgs::default(), JobFile::default()).err().map(|e| e.to_string());
+    assert!(e.unwrap_or_default().contains("no command"));
+}
+
+#[test]
+fn the_job_file_covers_every_submit_field() {
+    // A field added to JobSubmit but not to JobFile makes this fail (deny_unknown_fields).
+    let full = JobSubmit {
+        name: Some("n".into()),
+        tier: "p1".into(),
+        team: Some("t".into()),
+        gpus: 1,
+        workers: Some(1),
+        argv: vec!["x".into()],
+        env: BTreeMap::from([("K".into(), "V".into())]),
+        workdir: Some("/".into()),
+        gpu_model: Some("h100".into()),
+        interruptible: Some(true),
+        checkpoint_interval_s: Some(1.0),
+        deadline_s: Some(1.0),
+        expected_duration_s: Some(1.0),
+    };
+    let v = serde_json::to_value(&full).unwrap_or_default();
+    assert!(serde_json::from_value::<JobFile>(v).is_ok());
+}
+
+#[test]
+fn tables_have_their_columns() {
+    let job = JobView {
+        id: 17,
+        name: "train".into(),
+        tier: "p1".into(),
+        team: "research".into(),
+        state: "queued".into(),
+        gpus: 2,
+        workers: 4,
+        submitted_at: 1000.0,
+        pending_reason: Some("no_capacity".into()),
+        ..Default::default()
+    };
+    let t = jobs_table(&[job], 1300.0);
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["ID", "NAME", "TIER", "TEAM", "STATE", "ATTEMPT", "GPUS", "NODES", "AGE/WAIT", "REASON"]
+    );
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["17", "train", "p1", "research", "queued", "0", "4x2", "-", "5m00s", "no_capacity"]
+    );
+    // Columns line up: each header starts where its cells start.
+    assert_eq!(lines[0].find("TEAM"), lines[1].find("research"));
+    let node = NodeView {
+        id: 3,
+        pool: "spot".into(),
+        market: "spot".into(),
+        state: "ready".into(),
+        gpus: 8,
+        free_gpus: 6,
+        jobs: vec![17, 18],
+        ..Default::default()
+    };
+    let t = nodes_table(&[node]);
+    assert!(t.starts_with("ID  POOL  TYPE  MARKET  STATE  GPUS  FREE  JOBS\n"), "{t}");
+    assert!(t.contains("17,18"));
+    let t = pools_table(&[PoolView { name: "spot".into(), protected: true, ..Default::default() }]);
+    assert!(t.starts_with("NAME") && t.contains("spot (protected)") && t.contains("BUSY"), "{t}");
+    let t = events_table(&[EventView { at: 86400.0 * 365.0, kind: "scale_out".into(), ..Default::default() }]);
+    assert!(t.contains("TIME") && t.contains("DETAIL") && t.contains("1971-01-01 00:00:00"), "{t}");
+    let c =
+        CostView { total_usd: 12.5, by_team: BTreeMap::from([("research".into(), 10.0)]), ..Default::default() };
+    let t = cost_table(&c);
+    assert!(t.contains("total") && t.contains("12.50") && t.contains("research") && t.contains("10.00"), "{t}");
+}
+
+#[test]
+fn durations_and_times() {
+    assert_eq!(fmt_duration(45.2), "45s");
+    assert_eq!(fmt_duration(3725.0), "1h02m");
+    assert_eq!(fmt_duration(2.0 * 86400.0 + 7200.0), "2d02h");
+    assert_eq!(fmt_time(1_700_000_000.0), "2023-11-14 22:13:20");
+}
