@@ -61,6 +61,8 @@ pub fn spawn_worker(a: &Assignment, node: u32, gpus: &[u32], checkpoint_dir: &Pa
     let stderr = stdout.try_clone().with_context(|| format!("duplicating log file {}", log_path.display()))?;
     let mut cmd = Command::new(program);
     cmd.args(args)
+        // The node's token must not reach the job: a job could act for its node with it.
+        .env_remove("SPILLWAY_AGENT_TOKEN")
         .envs(&a.env)
         .envs(contract_env(a, node, gpus, checkpoint_dir))
         .stdin(Stdio::null())

@@ -163,6 +163,8 @@ fn checkpoints_reported_once_per_new_file() {
     r.start(&a);
     let mut rank1 = sh(6, 0, &dir, "sleep 0.3; echo 1 > \"$SPILLWAY_CHECKPOINT_DIR/c\"; sleep 10");
     rank1.worker.rank = 1;
+    // Its own directory: in a shared one rank 0's watcher would see the file too, and the count would race.
+    rank1.checkpoint_dir = dir.join("ckpt-6-rank1").display().to_string();
     r.start(&rank1);
     let mut reports = Vec::new();
     let end = std::time::Instant::now() + Duration::from_millis(1400);

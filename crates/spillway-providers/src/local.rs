@@ -124,7 +124,7 @@ impl LocalProvider {
         Ok(live)
     }
 
-    /// The agent command line for `spec`.
+    /// The agent command line for `spec` (the token in `SPILLWAY_AGENT_TOKEN`).
     fn agent_command(&self, spec: &LaunchSpec) -> Command {
         let agents = self.opts.data_dir.join("agents");
         let mut cmd = Command::new(&self.opts.command[0]);
@@ -133,14 +133,14 @@ impl LocalProvider {
             .arg(&self.opts.server_url)
             .arg("--node")
             .arg(spec.node.to_string())
-            .arg("--token")
-            .arg(&spec.token)
             .arg("--gpus")
             .arg(spec.gpus.to_string())
             .arg("--data-dir")
             .arg(agents.join(format!("node-{}", spec.node)))
             .arg("--boot-delay-s")
-            .arg(spec.boot_delay_s.to_string());
+            .arg(spec.boot_delay_s.to_string())
+            // The token goes in the environment, not the command line, which every local user can read in `ps`.
+            .env("SPILLWAY_AGENT_TOKEN", &spec.token);
         cmd
     }
 

@@ -178,7 +178,7 @@ fn local_provider_enforces_capacity_per_type() {
 #[test]
 fn agent_gets_its_arguments_and_a_log() {
     let tmp = TempDir::new("args");
-    let script = format!("echo \"args: $*\"; {AGENT}");
+    let script = format!("echo \"args: $* token: $SPILLWAY_AGENT_TOKEN\"; {AGENT}");
     let p = provider(&tmp.0, &script, &[], 2000);
     let instance = p.launch(&spec("args", 7, "gpu-small")).unwrap();
     assert_eq!(instance.id, "local-args-7");
@@ -189,7 +189,7 @@ fn agent_gets_its_arguments_and_a_log() {
     assert_eq!((pgid, sid), (pid, pid), "the agent must lead its own session and group");
     let log = tmp.0.join("agents/node-7.log");
     let expected = format!(
-        "args: --server http://127.0.0.1:1 --node 7 --token tok-7 --gpus 2 --data-dir {} --boot-delay-s 1.5",
+        "args: --server http://127.0.0.1:1 --node 7 --gpus 2 --data-dir {} --boot-delay-s 1.5 token: tok-7",
         tmp.0.join("agents/node-7").display()
     );
     let mut text = String::new();

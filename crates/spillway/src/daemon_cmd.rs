@@ -52,7 +52,8 @@ pub struct AgentArgs {
     server: String,
     #[arg(long)]
     node: u32,
-    #[arg(long)]
+    /// The node token (the local provider passes it in the environment, out of `ps`).
+    #[arg(long, env = "SPILLWAY_AGENT_TOKEN", hide_env_values = true)]
     token: String,
     #[arg(long)]
     gpus: u32,

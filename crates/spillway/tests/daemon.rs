@@ -378,6 +378,18 @@ fn tokens_scope_what_a_caller_can_see_and_do() {
     for l in listening {
         assert!(l.split_whitespace().nth(1).unwrap().starts_with("0100007F:"), "listens beyond loopback: {l}");
     }
+    // A job never sees its node's token (the agent gets it in its environment, out of `ps`).
+    let leak = json!({"tier": "p0", "gpus": 1, "argv": ["sh", "-c", "echo token=[$SPILLWAY_AGENT_TOKEN]"]}).to_string();
+    let (s, b) = d.raw("POST", "/v1/jobs", Some(&research), Some(&leak));
+    assert_eq!(s, 201, "{b}");
+    let leak_id = serde_json::from_str::<Value>(&b).unwrap()["id"].as_u64().unwrap();
+    let t = Instant::now();
+    while d.get(&format!("/v1/jobs/{leak_id}"))["state"] != "succeeded" {
+        assert!(t.elapsed() < Duration::from_secs(30), "job {leak_id} did not finish: {}", d.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, out) = d.raw("GET", &format!("/v1/jobs/{leak_id}/logs"), Some(&d.admin()), None);
+    assert!(out.contains("token=[]"), "the node token reached the job: {out}");
     // Cost: cumulative, and over a window (snapshots each minute; before the first one counts as zero).
     std::thread::sleep(Duration::from_millis(500));
     let total = d.get("/v1/cost")["total_usd"].as_f64().unwrap();
