@@ -426,7 +426,8 @@ impl Engine {
     /// Removes nodes idle past their pool's timeout, down to the effective min, outside the scale-in cooldown.
     /// Keeps `claimed` nodes (blocked jobs count on them). In `starved` pools (at max, with a job that does not
     /// fit; the map holds its GPUs per worker and the most workers the pool's best type holds), an idle node that
-    /// holds fewer workers than that may go even at min, so the next pass can buy one that fits.
+    /// holds fewer workers than that may go even at min and before its idle timeout, so the next pass can buy one
+    /// that fits.
     pub(crate) fn scale_in(&mut self, claimed: &BTreeSet<NodeId>, starved: &BTreeMap<usize, (u32, u32)>, demand_waiting: bool, wake: &mut WakeAt) {
         let now = self.now;
         for p in 0..self.cfg.pools.len() {
@@ -451,15 +452,21 @@ impl Engine {
             let timeout = secs(cfg.idle_timeout_s);
             let mut remove = Vec::new();
             for &(since, n) in &st.idle {
-                if since + timeout > now && remove.len() >= over_max {
+                let node = &self.c.nodes[n.0 as usize];
+                // A node too small for the job starving this pool goes without waiting out its idle timeout: the job
+                // waits for the room, and small jobs would otherwise keep the node busy for ever.
+                let too_small = swap_below.is_some_and(|(g, best)| node.gpus / g < best);
+                if since + timeout > now && remove.len() >= over_max && !too_small {
                     wake.at(since + timeout);
+                    if swap {
+                        continue;
+                    }
                     break;
                 }
-                let node = &self.c.nodes[n.0 as usize];
                 if node.protected || node.state != NodeState::Ready || !node.jobs.is_empty() || claimed.contains(&n) {
                     continue;
                 }
-                if swap && st.alive <= pool_min && swap_below.is_some_and(|(g, best)| node.gpus / g >= best) {
+                if swap && st.alive <= pool_min && !too_small {
                     // Below the min only to swap a node that is too small for the job starving here.
                     continue;
                 }

@@ -210,6 +210,27 @@ fn a_pools_minimum_does_not_starve_jobs_that_need_a_larger_type() {
 }
 
 #[test]
+fn a_starved_pool_swaps_an_idle_too_small_node_without_waiting_its_idle_timeout() {
+    // Pool od holds at most 2 nodes; two 1-GPU jobs bought two 1-GPU nodes and ended. An 8-GPU job then needs a
+    // t8 node: the idle t1 nodes go at once (not after the hour-long idle timeout) to make room.
+    let cfg = format!("{T148}{}{}", fixed(1, 1), od_of(&["t1", "t8"], &["max_nodes = 2", "idle_timeout_s = 3600"]));
+    let mut h = Harness::new(&cfg);
+    let small: Vec<JobId> = (0..3).map(|_| h.submit(spec("p0", 1, 1))).collect();
+    for &j in &small {
+        h.runs_for(j, 600.0);
+    }
+    let first = h.run_world(1200.0, 240.0);
+    assert_eq!(launches(&first).len(), 2, "two 1-GPU nodes for the jobs the fixed node cannot hold");
+    h.at(1200.0);
+    let big = h.submit(spec("p0", 8, 1));
+    let a = h.run_world(1200.0 + 3000.0, 240.0);
+    assert!(started(&a, big).is_some(), "the 8-GPU job never starts; pending {:?}", h.job(big).pending);
+    let j = h.job(big);
+    let wait = j.first_start.map(|s| (s - j.submitted) as f64 / 1000.0);
+    assert!(wait.is_some_and(|w| w < 900.0), "waited {wait:?} s: the swap waited out the idle timeout");
+}
+
+#[test]
 fn a_partly_fitting_gang_does_not_pin_a_too_small_node_in_a_full_pool() {
     // Found by tests/proptest_engine.rs. The pool's min keeps one 1-GPU node; a 1x2 gang fits one 4-GPU node.
     let cfg = format!(
