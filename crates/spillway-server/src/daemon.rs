@@ -376,7 +376,9 @@ impl Shared {
                 st.apply(now, Entry::Event(Event::CheckpointDone { job: JobId(w.job), attempt: w.attempt }))?;
             }
         }
-        if let Some(u) = hb.gpu_utilization {
+        // Only pools with metric policies act on utilization; for the others a logged sample would only grow the log.
+        let metric_pool = st.engine.cluster().nodes.get(node as usize).map(|n| &st.engine.config().pools[n.pool]).is_some_and(|p| p.target_gpu_utilization.is_some() || !p.step_scaling.is_empty());
+        if let Some(u) = hb.gpu_utilization.filter(|_| metric_pool) {
             // Metrics are logged inputs too; sample them at most every 15 s per node to keep the log small.
             let due = self.last_metric.lock().map(|m| m.get(&node).is_none_or(|t| t.elapsed() > Duration::from_secs(15))).unwrap_or(true);
             if due {
