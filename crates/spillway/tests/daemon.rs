@@ -434,3 +434,31 @@ fn bad_requests_are_refused_with_the_field_and_store_nothing() {
     let (s, b) = d.raw("POST", "/v1/pools/od/scale", Some(&admin), Some(r#"{"min_nodes": 3, "max_nodes": 1}"#));
     assert_eq!((s, serde_json::from_str::<Value>(&b).unwrap()["field"].as_str()), (422, Some("min_nodes")));
 }
+
+/// `spillway up --demo` on the built-in cluster: the burst scales out, a spot node is interrupted and its jobs resume,
+/// the cloud pools go back to zero, the cost is printed, and nothing is left running.
+#[test]
+fn up_demo_runs_to_the_end_on_embedded_defaults() {
+    if !python() {
+        println!("skipping: python3 not found (the demo runs examples/train.py)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("spillway-daemon-{}-demo", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(BIN)
+        .args(["up", "--demo", "--exit-after-demo", "--listen", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    for want in ["spillway is up", "scale_out", "interruption", "14/14 jobs succeeded; cloud pools back to zero", "by market:"] {
+        assert!(text.contains(want), "missing `{want}` in:\n{text}");
+    }
+    let resumed = (0..14).any(|id| {
+        std::fs::read_to_string(dir.join(format!("logs/job-{id}/rank-0.log"))).is_ok_and(|l| l.lines().any(|x| x.starts_with("resumed from step") && !x.starts_with("resumed from step 0 ")))
+    });
+    assert!(resumed, "no job resumed from a checkpoint:\n{text}");
+    let d = Daemon { dir: dir.clone(), config: dir.join("none"), port: 0, child: None, agent: ureq::Agent::new_with_defaults() };
+    assert!(d.agents_alive().is_empty(), "agents left behind: {:?}", d.agents_alive());
+}
