@@ -147,7 +147,14 @@ impl Engine {
         let gpus = job.map_or(1, |j| j.spec.gpus_per_worker);
         let model = job.and_then(|j| j.spec.gpu_model.as_deref());
         let p = &self.cfg.pools[pool];
-        let mut best: Option<(f64, usize, u32)> = None;
+        // Near the pool's max (3/4 of its nodes alive) node slots are scarce: a slot filled with a small node is
+        // capacity the pool can never have, so types compete on price per GPU (the larger wins a tie), not on the
+        // price of the few nodes this one job needs.
+        let scarce = self.c.pools[pool].alive * 4 >= p.max_nodes.max(1) * 3;
+        // Nodes bought for a pool's min (job `None`) are of its first type while it can launch: target tracking and
+        // forecasts size the min in nodes of that type.
+        let first = if job.is_none() { p.instance_types.first().and_then(|n| self.cfg.instance_type_index(n)) } else { None };
+        let mut best: Option<(f64, usize, u32, u32)> = None;
         for name in &p.instance_types {
             let Some(i) = self.cfg.instance_type_index(name) else { continue };
             let it = &self.cfg.instance_types[i];
@@ -169,12 +176,18 @@ impl Engine {
                 continue;
             }
             let useful = if p.market == Market::Spot { 1.0 - self.expected_loss(pool, i, job) } else { 1.0 };
-            let cost = price * nodes as f64 / useful;
-            if best.is_none_or(|(c, _, _)| cost < c) {
-                best = Some((cost, i, nodes));
+            let cost = if first == Some(i) {
+                0.0
+            } else if scarce {
+                price / it.gpus as f64 / useful
+            } else {
+                price * nodes as f64 / useful
+            };
+            if best.is_none_or(|(c, _, _, g)| cost < c * (1.0 - 1e-9) || (scarce && cost <= c * (1.0 + 1e-9) && it.gpus > g)) {
+                best = Some((cost, i, nodes, it.gpus));
             }
         }
-        best.map(|(_, i, n)| (i, n))
+        best.map(|(_, i, n, _)| (i, n))
     }
 
     /// Returns whether `pool` has an instance type that holds `job` and may be launched now.

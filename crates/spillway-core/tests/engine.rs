@@ -231,6 +231,23 @@ fn a_starved_pool_swaps_an_idle_too_small_node_without_waiting_its_idle_timeout(
 }
 
 #[test]
+fn near_its_max_a_pool_buys_capacity_per_node_slot() {
+    // Pool od holds at most 4 nodes of t1 or t8 (same price per GPU). With 3 of them alive, one more 1-GPU job gets
+    // a t8 node: a fourth t1 would cap the pool at 4 GPUs for good.
+    let cfg = format!("{T148}{}{}", fixed(1, 1), od_of(&["t1", "t8"], &["max_nodes = 4"]));
+    let mut h = Harness::new(&cfg);
+    let first: Vec<JobId> = (0..4).map(|_| h.submit(spec("p0", 1, 1))).collect();
+    let a = h.run_world(600.0, 240.0);
+    let t1 = h.e.config().instance_type_index("t1").unwrap();
+    let t8 = h.e.config().instance_type_index("t8").unwrap();
+    assert_eq!(launches(&a).iter().map(|l| l.2).collect::<Vec<_>>(), vec![t1; 3], "three 1-GPU jobs on the cheapest nodes");
+    assert!(first.iter().all(|&j| h.job(j).state == spillway_core::JobState::Running));
+    h.submit(spec("p0", 1, 1));
+    let b = h.run_world(1200.0, 240.0);
+    assert_eq!(launches(&b).iter().map(|l| l.2).collect::<Vec<_>>(), vec![t8], "the last slot gets the most GPUs");
+}
+
+#[test]
 fn a_partly_fitting_gang_does_not_pin_a_too_small_node_in_a_full_pool() {
     // Found by tests/proptest_engine.rs. The pool's min keeps one 1-GPU node; a 1x2 gang fits one 4-GPU node.
     let cfg = format!(
