@@ -402,7 +402,7 @@ async fn cost(State(s): S, headers: HeaderMap, Query(w): Query<CostWindow>) -> A
 
 async fn metrics(State(s): S) -> Response {
     let st = s.state();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], views::metrics(&st)).into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], views::metrics(&st, now_ms())).into_response()
 }
 
 /// `POST /v1/agent/heartbeat`: node tokens only, and only for their own node; 410 when the node is gone.

@@ -141,10 +141,37 @@ pub fn cost_minus(later: &CostView, earlier: &CostView) -> CostView {
 }
 
 /// Returns the Prometheus text exposition of the daemon's gauges and counters.
-pub fn metrics(st: &State) -> String {
+pub fn metrics(st: &State, now: Time) -> String {
     use std::fmt::Write;
     let c = st.engine.cluster();
     let mut s = String::new();
+    // Queued GPUs and the oldest wait per tier: what an alert on "p0 waits" needs.
+    let mut queued = std::collections::BTreeMap::<&str, (u64, f64)>::new();
+    for t in &st.engine.config().tiers {
+        queued.insert(t.name.as_str(), (0, 0.0));
+    }
+    for j in c.jobs.iter().filter(|j| j.state == JobState::Queued) {
+        let e = queued.entry(st.engine.config().tiers[j.tier].name.as_str()).or_default();
+        e.0 += j.total_gpus() as u64;
+        e.1 = e.1.max((now - j.queued_since) as f64 / 1000.0);
+    }
+    s += "# HELP spillway_queued_gpus GPUs asked for by queued jobs, by tier.\n# TYPE spillway_queued_gpus gauge\n";
+    for (tier, (g, _)) in &queued {
+        let _ = writeln!(s, "spillway_queued_gpus{{tier=\"{tier}\"}} {g}");
+    }
+    s += "# HELP spillway_oldest_queued_seconds Longest current queue wait, by tier.\n# TYPE spillway_oldest_queued_seconds gauge\n";
+    for (tier, (_, w)) in &queued {
+        let _ = writeln!(s, "spillway_oldest_queued_seconds{{tier=\"{tier}\"}} {w:.3}");
+    }
+    let cost = cost(st, now);
+    s += "# HELP spillway_cost_usd_total Cost so far by market.\n# TYPE spillway_cost_usd_total counter\n";
+    for (m, v) in &cost.by_market {
+        let _ = writeln!(s, "spillway_cost_usd_total{{market=\"{m}\"}} {v:.4}");
+    }
+    s += "# HELP spillway_team_cost_usd_total Cost so far by team.\n# TYPE spillway_team_cost_usd_total counter\n";
+    for (t, v) in &cost.by_team {
+        let _ = writeln!(s, "spillway_team_cost_usd_total{{team=\"{t}\"}} {v:.4}");
+    }
     let mut jobs = std::collections::BTreeMap::<(&str, &str), u64>::new();
     for j in &c.jobs {
         *jobs.entry((st.engine.config().tiers[j.tier].name.as_str(), job_state(j.state))).or_default() += 1;

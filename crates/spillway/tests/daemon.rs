@@ -400,6 +400,11 @@ fn tokens_scope_what_a_caller_can_see_and_do() {
     assert!(window["total_usd"].as_f64().unwrap() >= total && recent["total_usd"].as_f64().unwrap() < window["total_usd"].as_f64().unwrap(), "{window} {recent}");
     assert_eq!(d.raw("GET", &format!("/v1/cost?since={}&until={}", now, now - 60.0), Some(&d.admin()), None).0, 422);
     assert_eq!(d.raw("GET", "/v1/cost", Some(&research), None).0, 403);
+    let (s, metrics) = d.raw("GET", "/metrics", None, None);
+    assert_eq!(s, 200);
+    for want in ["spillway_jobs{tier=\"p1\",state=\"cancelled\"} 1", "spillway_pool_nodes{pool=\"onprem\",market=\"fixed\"} 2", "spillway_cost_usd_total{market=\"fixed\"}", "spillway_queued_gpus{tier=\"p0\"} 0"] {
+        assert!(metrics.contains(want), "missing `{want}` in:\n{metrics}");
+    }
     let openapi = d.get("/v1/openapi.json");
     assert_eq!(openapi["openapi"], "3.1.0");
     assert!(openapi["paths"]["/v1/jobs"]["post"].is_object());
