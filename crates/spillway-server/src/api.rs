@@ -181,18 +181,21 @@ async fn list_jobs(State(s): S, headers: HeaderMap, Query(f): Query<JobFilter>) 
     let who = user(&s, &headers)?;
     let st = s.state();
     let mut out = Vec::new();
-    for j in st.engine.cluster().jobs.iter().rev() {
-        let v = views::job(&st, j);
+    let c = st.engine.cluster();
+    let tiers = &st.engine.config().tiers;
+    let team_of = |j: &spillway_core::Job| c.teams.get(j.team).map_or("", |t| t.name.as_str());
+    // Filters on the engine's job before a view (with its argv) is built for it.
+    for j in c.jobs.iter().rev() {
         let mine = match &who {
             Principal::Admin => true,
-            Principal::Team(t) => v.team == *t,
+            Principal::Team(t) => team_of(j) == t.as_str(),
         };
         let keep = mine
-            && f.state.as_ref().is_none_or(|x| *x == v.state)
-            && f.team.as_ref().is_none_or(|x| *x == v.team)
-            && f.tier.as_ref().is_none_or(|x| *x == v.tier);
+            && f.state.as_ref().is_none_or(|x| x == views::job_state(j.state))
+            && f.team.as_ref().is_none_or(|x| x == team_of(j))
+            && f.tier.as_ref().is_none_or(|x| *x == tiers[j.tier].name);
         if keep {
-            out.push(v);
+            out.push(views::job(&st, j));
             if out.len() >= f.limit.unwrap_or(1000) {
                 break;
             }

@@ -212,7 +212,11 @@ impl Shared {
             tokio::task::spawn_blocking(move || match (effect, spec) {
                 (Effect::Launch { node }, Some(spec)) => me.launched(node, me.provider.launch(&spec)),
                 (Effect::Terminate { node }, _) => {
-                    let id = me.instances_mut().remove(&node).unwrap_or_else(|| local_id(&me.cluster_id, node));
+                    // The instance id is the provider's business: when the launch's answer was lost (a restart),
+                    // ask the provider which instance is this node's.
+                    let known = me.instances_mut().remove(&node);
+                    let id = known.or_else(|| me.provider.list(&me.cluster_id).ok()?.into_iter().find(|i| i.node == node).map(|i| i.id));
+                    let Some(id) = id else { return };
                     match me.provider.terminate(&id) {
                         Ok(()) | Err(ProviderError::NotFound(_)) => {}
                         Err(e) => eprintln!("spillway: terminating node {node} ({id}): {e}"),
@@ -380,11 +384,15 @@ impl Shared {
         let metric_pool = st.engine.cluster().nodes.get(node as usize).map(|n| &st.engine.config().pools[n.pool]).is_some_and(|p| p.target_gpu_utilization.is_some() || !p.step_scaling.is_empty());
         if let Some(u) = hb.gpu_utilization.filter(|_| metric_pool) {
             // Metrics are logged inputs too; sample them at most every 15 s per node to keep the log small.
-            let due = self.last_metric.lock().map(|m| m.get(&node).is_none_or(|t| t.elapsed() > Duration::from_secs(15))).unwrap_or(true);
-            if due {
-                if let Ok(mut m) = self.last_metric.lock() {
+            let due = {
+                let mut m = self.last_metric.lock().unwrap_or_else(|p| p.into_inner());
+                let due = m.get(&node).is_none_or(|t| t.elapsed() > Duration::from_secs(15));
+                if due {
                     m.insert(node, Instant::now());
                 }
+                due
+            };
+            if due {
                 st.apply(now, Entry::Event(Event::MetricSample { node: NodeId(node), gpu_utilization: u }))?;
             }
         }
@@ -451,9 +459,4 @@ fn token(store: &Store, key: &str) -> Result<String, crate::store::StoreError> {
             Ok(t)
         }
     }
-}
-
-/// The local provider's instance id of a node (used when the daemon restarted before learning it).
-fn local_id(cluster: &str, node: u32) -> String {
-    format!("local-{cluster}-{node}")
 }

@@ -126,7 +126,7 @@ impl State {
             }
         };
         if decide {
-            self.drain(now);
+            self.drain();
         } else {
             self.undecided = true;
         }
@@ -134,7 +134,7 @@ impl State {
     }
 
     /// Turns the engine's pending actions into desired state and effects.
-    fn drain(&mut self, now: Time) {
+    fn drain(&mut self) {
         self.undecided = false;
         while let Some(action) = self.engine.poll_action() {
             match action {
@@ -177,7 +177,6 @@ impl State {
                 }
             }
         }
-        let _ = now;
     }
 
     /// Records the assignments of a started attempt, one worker per placement entry.
