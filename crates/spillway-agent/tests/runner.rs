@@ -92,10 +92,16 @@ fn stop_sends_signal_then_worker_exits() {
 fn worker_ignoring_term_is_killed_after_grace() {
     let dir = scratch("kill");
     let mut r = Runner::new(1, 1, &dir);
-    let a = sh(3, 1, &dir, "trap '' TERM; while true; do sleep 0.1; done");
+    let a = sh(3, 1, &dir, "trap '' TERM; echo trapped; while true; do sleep 0.1; done");
     r.start(&a);
     let pid = r.pgid_of(&a.worker).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // Stop only once the trap is in place: a SIGTERM that lands before it ends the shell at once.
+    for _ in 0..250 {
+        if std::fs::read_to_string(&a.log_path).unwrap_or_default().contains("trapped") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let t0 = std::time::Instant::now();
     assert!(r.stop(&StopOrder { worker: a.worker, grace_ms: 300, signal: "TERM".into() }));
     let exit = wait_exit(&mut r, 3, Duration::from_secs(5)).expect("killed");

@@ -209,11 +209,19 @@ fn agent_gets_its_arguments_and_a_log() {
 #[allow(clippy::disallowed_methods)] // measuring the grace needs a clock; the ban is for the functional core
 fn agent_ignoring_sigterm_is_killed_after_the_grace() {
     let tmp = TempDir::new("stubborn");
-    let p = provider(&tmp.0, "trap '' TERM; while :; do sleep 0.2; done", &[], 300);
+    let p = provider(&tmp.0, "trap '' TERM; echo trapped; while :; do sleep 0.2; done", &[], 300);
     let instance = p.launch(&spec("stubborn", 1, "gpu-small")).unwrap();
     let pid = record_pid(&tmp.0, &instance.id);
     let guard = KillOnDrop::default();
     guard.add(pid);
+    // Terminate only once the trap is in place: a SIGTERM that lands before it kills the shell at once.
+    let log = tmp.0.join("agents/node-1.log");
+    for _ in 0..250 {
+        if fs::read_to_string(&log).unwrap_or_default().contains("trapped") {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
     let started = std::time::Instant::now();
     p.terminate(&instance.id).unwrap();
     let took = started.elapsed();
