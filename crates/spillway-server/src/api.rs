@@ -75,7 +75,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// Returns who is calling: 401 without a known user token (node tokens are not user tokens).
 fn user(s: &Shared, headers: &HeaderMap) -> ApiResult<Principal> {
     let Some(tok) = bearer(headers) else { return Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token")) };
-    s.principals.get(tok).cloned().ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "unknown token"))
+    s.principal(tok).ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "unknown token"))
 }
 
 /// Returns `Ok` for the admin token, 403 for a team token.
@@ -116,7 +116,7 @@ async fn submit(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Respo
     if req.argv.is_empty() || req.argv[0].trim().is_empty() {
         return Err(bad("argv", "argv is empty: give the program and its arguments".into()));
     }
-    if !s.principals.values().any(|p| *p == Principal::Team(team.clone())) {
+    if !s.has_team(&team) {
         return Err(bad("team", format!("unknown team `{team}`")));
     }
     let secs = |f: &str, v: Option<f64>| -> ApiResult<Option<i64>> {
@@ -412,7 +412,7 @@ async fn metrics(State(s): S) -> Response {
 async fn heartbeat(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
     let Some(tok) = bearer(&headers) else { return Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token")) };
     let hb: Heartbeat = parse(&body)?;
-    let owner = s.state().tokens.iter().find(|(_, t)| t.as_str() == tok).map(|(&n, _)| n);
+    let owner = s.node_of_token(tok);
     match owner {
         None => return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unknown node token")),
         Some(n) if n != hb.node => {

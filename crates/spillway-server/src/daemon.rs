@@ -133,6 +133,21 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Returns who a user bearer token belongs to (admin or a team), or `None` for an unknown token.
+    pub fn principal(&self, token: &str) -> Option<Principal> {
+        self.principals.get(token).cloned()
+    }
+
+    /// Returns whether `team` is a team of this daemon.
+    pub fn has_team(&self, team: &str) -> bool {
+        self.principals.values().any(|p| matches!(p, Principal::Team(t) if t == team))
+    }
+
+    /// Returns the node an agent token belongs to (the node of the launch it was issued for), if any.
+    pub fn node_of_token(&self, token: &str) -> Option<u32> {
+        self.state().tokens.iter().find(|(_, t)| t.as_str() == token).map(|(&n, _)| n)
+    }
+
     /// Returns every team's token, for the operator.
     pub fn team_tokens(&self) -> BTreeMap<String, String> {
         self.principals.iter().filter_map(|(tok, p)| if let Principal::Team(t) = p { Some((t.clone(), tok.clone())) } else { None }).collect()
