@@ -11,6 +11,8 @@ use crate::client::{Client, Outcome};
 use crate::nvml::UtilizationSampler;
 use crate::runner::{Runner, StartOutcome};
 use crate::signals::{install_stop_handlers, stop_requested};
+use crate::spawn::create_private_dir;
+use crate::user;
 
 /// When the agent gives up. Fixed in production; shorter in tests.
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +40,8 @@ struct InFlight {
     handle: JoinHandle<Outcome>,
     /// The checkpoints it reports: forgotten only once the daemon has answered.
     checkpoints: Vec<WorkerRef>,
+    /// Its `seq`.
+    seq: u64,
 }
 
 /// The loop's memory between iterations.
@@ -48,6 +52,11 @@ struct State {
     denied_since: Option<Instant>,
     /// Assignments already logged as waiting for GPUs (one line each, not one per heartbeat).
     waiting_logged: HashSet<WorkerRef>,
+    /// Stale assignments already logged as refused (one line each).
+    refused_logged: HashSet<WorkerRef>,
+    /// The last heartbeat's `seq`, and the `seq` of the last one whose reply was applied.
+    seq: u64,
+    applied: u64,
 }
 
 /// Sleeps `d` in short slices; returns false as soon as the agent is told to stop.
@@ -65,14 +74,29 @@ fn sleep_unless_stopped(d: Duration) -> bool {
     }
 }
 
+/// The runner for `args`: the data directory created (0700), the `--run-as` user checked and resolved. Fails
+/// when the agent must not start: `--run-as` without root, an unknown user, no data directory.
+fn prepare(args: &AgentArgs) -> Result<Runner> {
+    // Checked first: an agent that cannot run jobs as asked must not touch anything.
+    let run_as = args.run_as.as_deref().map(user::for_agent).transpose()?;
+    create_private_dir(&args.data_dir)
+        .with_context(|| format!("creating agent data directory {}", args.data_dir.display()))?;
+    let runner = Runner::new(args.node, args.gpus, &args.data_dir);
+    Ok(match run_as {
+        Some(u) => {
+            eprintln!("agent node {}: running workers as user {} (uid {}, gid {})", args.node, u.name, u.uid, u.gid);
+            runner.with_run_as(u)
+        }
+        None => runner,
+    })
+}
+
 /// Runs the agent until the daemon says the node is gone (Ok), the agent gets SIGTERM/SIGINT (Ok), or it gives
-/// up on the daemon (Err). Every way out leaves no worker running.
+/// up on the daemon (Err), or cannot start at all (Err, see `prepare`). Every way out leaves no worker running.
 pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
     let node = args.node;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating agent data directory {}", args.data_dir.display()))?;
+    let mut runner = prepare(args)?;
     install_stop_handlers();
-    let mut runner = Runner::new(node, args.gpus, &args.data_dir);
     let client = Client::new(&args.server, &args.token);
     let mut util = UtilizationSampler::new(args.gpus);
     eprintln!(
@@ -91,6 +115,9 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
         unreachable_since: None,
         denied_since: None,
         waiting_logged: HashSet::new(),
+        refused_logged: HashSet::new(),
+        seq: 0,
+        applied: 0,
     };
     let mut in_flight: Option<InFlight> = None;
     let mut next_beat = Instant::now();
@@ -107,15 +134,22 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
         }
         if let Some(f) = in_flight.take_if(|f| f.handle.is_finished()) {
             let outcome = f.handle.join().unwrap_or_else(|_| Outcome::Failed("heartbeat thread panicked".into()));
+            let replied = matches!(outcome, Outcome::Reply(_));
             if let Some(result) = state.handle(outcome, &f.checkpoints, &mut runner, &limits) {
                 return result;
+            }
+            if replied {
+                state.applied = f.seq;
             }
         }
         let now = Instant::now();
         if in_flight.is_none() && now >= next_beat {
             next_beat = now + period;
+            state.seq += 1;
             let hb = Heartbeat {
                 node,
+                seq: state.seq,
+                applied: state.applied,
                 running: runner.running(),
                 exited: runner.exited().to_vec(),
                 checkpoints: state.pending_checkpoints.clone(),
@@ -123,7 +157,7 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
             };
             let c = client.clone();
             match std::thread::Builder::new().name("spillway-heartbeat".into()).spawn(move || c.heartbeat(&hb)) {
-                Ok(handle) => in_flight = Some(InFlight { handle, checkpoints: state.pending_checkpoints.clone() }),
+                Ok(handle) => in_flight = Some(InFlight { handle, checkpoints: state.pending_checkpoints.clone(), seq: state.seq }),
                 Err(e) => eprintln!("agent node {node}: cannot start heartbeat thread: {e}"),
             }
         }
@@ -203,6 +237,14 @@ impl State {
                 }
                 StartOutcome::Started { .. } | StartOutcome::Failed(_) => {
                     self.waiting_logged.remove(&a.worker);
+                }
+                StartOutcome::AlreadyRan => {
+                    if self.refused_logged.insert(a.worker) {
+                        eprintln!(
+                            "agent node {}: refusing job {} attempt {} rank {}: it already ran here (stale assignment)",
+                            self.node, a.worker.job, a.worker.attempt, a.worker.rank
+                        );
+                    }
                 }
                 StartOutcome::AlreadyRunning | StartOutcome::AlreadyExited => {}
             }

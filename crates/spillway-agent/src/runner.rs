@@ -10,8 +10,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::checkpoint::newest_mtime;
 use crate::gpus::{GpuPool, visible_devices};
+use crate::history::History;
 use crate::signals::{parse_signal, signal_group};
-use crate::spawn::{append_log_line, spawn_worker};
+use crate::spawn::{Placement, append_log_line, spawn_worker};
+use crate::user::RunAs;
 
 /// Exit code reported for a worker that could not be started (as a shell reports a missing command).
 pub const SPAWN_FAILED_CODE: i32 = 127;
@@ -39,6 +41,9 @@ pub enum StartOutcome {
     AlreadyRunning,
     /// The worker exited and the daemon has not acked it yet: it must not run again.
     AlreadyExited,
+    /// This worker (or a later attempt of its job) was started before and its exit acked: a stale assignment,
+    /// never run again.
+    AlreadyRan,
     /// Fewer free virtual GPUs than it needs: not started (the daemon keeps sending it).
     NoGpus { needed: u32, free: u32 },
     /// It could not be started; recorded as an exit with code 127.
@@ -59,6 +64,10 @@ pub struct Runner {
     gpus: GpuPool,
     running: BTreeMap<WorkerRef, Worker>,
     exited: Vec<WorkerExit>,
+    /// Every worker ever started by this runner, so none starts twice.
+    history: History,
+    /// The user workers run as (`--run-as`); `None`: as the agent.
+    run_as: Option<RunAs>,
 }
 
 fn name(w: &WorkerRef) -> String {
@@ -88,11 +97,20 @@ impl Runner {
             gpus: GpuPool::new(gpus),
             running: BTreeMap::new(),
             exited: Vec::new(),
+            history: History::default(),
+            run_as: None,
         }
     }
 
-    /// Starts `a` unless its worker is running or has an unacked exit, or the node lacks free GPUs for it. A spawn
-    /// failure becomes an exit with code 127 (reported like any other) and its text goes to the worker's log.
+    /// The same runner, starting its workers as `user` (the caller checked the agent may: it must be root).
+    pub fn with_run_as(mut self, user: RunAs) -> Self {
+        self.run_as = Some(user);
+        self
+    }
+
+    /// Starts `a` unless its worker is running, has an unacked exit or was ever started before (see
+    /// [`StartOutcome`]), or the node lacks free GPUs for it. A spawn failure becomes an exit with code 127
+    /// (reported like any other) and its text goes to the worker's log.
     pub fn start(&mut self, a: &Assignment) -> StartOutcome {
         let w = a.worker;
         if self.running.contains_key(&w) {
@@ -101,17 +119,26 @@ impl Runner {
         if self.exited.iter().any(|e| e.worker == w) {
             return StartOutcome::AlreadyExited;
         }
+        if self.history.ran(&w) {
+            return StartOutcome::AlreadyRan;
+        }
         let Some(gpus) = self.gpus.take(a.gpus, w) else {
             return StartOutcome::NoGpus { needed: a.gpus, free: self.gpus.free() };
         };
+        // Recorded before the spawn: a failed start is reported as an exit, and a stale copy must not retry it.
+        self.history.record(&w);
         let checkpoint_dir = resolve(&self.data_dir, &a.checkpoint_dir);
         let log_path = resolve(&self.data_dir, &a.log_path);
         // Taken before the spawn: a checkpoint the new process writes at once must count as newer.
         let started = SystemTime::now();
-        match spawn_worker(a, self.node, &gpus, &checkpoint_dir, &log_path) {
+        let user = self.run_as.as_ref();
+        let placement =
+            Placement { node: self.node, gpus: &gpus, checkpoint_dir: &checkpoint_dir, log_path: &log_path, user };
+        match spawn_worker(a, &placement) {
             Ok(child) => {
                 let pid = child.id();
-                self.log(&format!("started {} pid {pid} gpus {}", name(&w), visible_devices(&gpus)));
+                let who = self.run_as.as_ref().map(|u| format!(" as user {}", u.name)).unwrap_or_default();
+                self.log(&format!("started {} pid {pid} gpus {}{who}", name(&w), visible_devices(&gpus)));
                 let worker = Worker {
                     child,
                     pgid: pid as i32,
@@ -126,7 +153,8 @@ impl Runner {
             Err(e) => {
                 self.gpus.release(w);
                 let text = format!("{e:#}");
-                append_log_line(&log_path, &format!("spillway agent node {}: cannot start worker: {text}", self.node));
+                let line = format!("spillway agent node {}: cannot start worker: {text}", self.node);
+                append_log_line(&log_path, self.run_as.as_ref(), &line);
                 self.log(&format!("could not start {}: {text}", name(&w)));
                 self.record_exit(WorkerExit { worker: w, code: Some(SPAWN_FAILED_CODE), success: false });
                 StartOutcome::Failed(text)

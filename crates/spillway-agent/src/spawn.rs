@@ -2,13 +2,19 @@
 
 use anyhow::{Context, Result, bail};
 use spillway_api::Assignment;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::ffi::OsString;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use crate::gpus::visible_devices;
+use crate::user::{RunAs, drop_privileges};
+
+/// PATH for workers when the agent itself has none: enough to find `sh`, `python3` and the like.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// The environment the agent adds on top of the job's own: the `SPILLWAY_*` variables, `CUDA_VISIBLE_DEVICES`
 /// and the torch.distributed rank variables. These win over a job variable of the same name.
@@ -28,52 +34,162 @@ pub fn contract_env(a: &Assignment, node: u32, gpus: &[u32], checkpoint_dir: &Pa
     ]
 }
 
-/// Opens the worker's log for appending, creating it and its parent directories.
-pub fn open_log(log_path: &Path) -> Result<File> {
-    if let Some(parent) = log_path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating log directory {}", parent.display()))?;
+/// The whole environment of a worker, later entries winning: `PATH` (`agent_path`, the agent's own, or
+/// [`DEFAULT_PATH`] when it has none), the job's `env`, then [`contract_env`]. Nothing else of the agent's
+/// environment: it is the daemon's, and may hold secrets a job must not see.
+pub fn worker_env(
+    a: &Assignment,
+    node: u32,
+    gpus: &[u32],
+    checkpoint_dir: &Path,
+    agent_path: Option<OsString>,
+) -> Vec<(OsString, OsString)> {
+    let path = agent_path.filter(|p| !p.is_empty()).unwrap_or_else(|| DEFAULT_PATH.into());
+    let mut env = vec![(OsString::from("PATH"), path)];
+    env.extend(a.env.iter().map(|(k, v)| (k.into(), v.into())));
+    env.extend(contract_env(a, node, gpus, checkpoint_dir).into_iter().map(|(k, v)| (k.into(), v.into())));
+    env
+}
+
+/// Creates `dir` and its missing parents, each with mode 0700 (with that mode, so there is no moment they are
+/// readable by others). Fine if it exists already.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Creates a worker's checkpoint directory with mode 0700, owned by `owner` when the worker runs as another
+/// user. Missing parents are 0700 too, except for a `--run-as` worker: those are 0711 (others may pass through
+/// but not list them), or the user could never reach its own directory below a root-only one.
+pub fn create_checkpoint_dir(dir: &Path, owner: Option<&RunAs>) -> io::Result<()> {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let mode = if owner.is_some() { 0o711 } else { 0o700 };
+        DirBuilder::new().recursive(true).mode(mode).create(parent)?;
     }
-    OpenOptions::new()
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+        other => other?,
+    }
+    if let Some(u) = owner {
+        // lchown: if the path were a symlink, change the link, never what it points to.
+        std::os::unix::fs::lchown(dir, Some(u.uid), Some(u.gid))?;
+    }
+    Ok(())
+}
+
+/// Opens the worker's log for appending: created with mode 0600 (parents 0700), owned by `owner` when the worker
+/// runs as another user. A symlink as the log itself is refused, so a planted link cannot make the agent write
+/// (or hand a job) some other file.
+pub fn open_log(log_path: &Path, owner: Option<&RunAs>) -> Result<File> {
+    if let Some(parent) = log_path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_private_dir(parent).with_context(|| format!("creating log directory {}", parent.display()))?;
+    }
+    let file = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(log_path)
-        .with_context(|| format!("opening log file {}", log_path.display()))
+        .with_context(|| format!("opening log file {}", log_path.display()))?;
+    if let Some(u) = owner {
+        std::os::unix::fs::fchown(&file, Some(u.uid), Some(u.gid))
+            .with_context(|| format!("giving log file {} to user {}", log_path.display(), u.name))?;
+    }
+    Ok(file)
 }
 
 /// Appends one line to the worker's log, best effort: used to tell the job's owner why the worker never ran.
-pub fn append_log_line(log_path: &Path, line: &str) {
-    if let Ok(mut f) = open_log(log_path) {
+pub fn append_log_line(log_path: &Path, owner: Option<&RunAs>, line: &str) {
+    if let Ok(mut f) = open_log(log_path, owner) {
         let _ = writeln!(f, "{line}");
     }
 }
 
+/// Where and as whom a worker runs: the paths resolved against the agent's data dir, and the `--run-as` user.
+pub struct Placement<'a> {
+    pub node: u32,
+    pub gpus: &'a [u32],
+    pub checkpoint_dir: &'a Path,
+    pub log_path: &'a Path,
+    pub user: Option<&'a RunAs>,
+}
+
 /// Starts the worker: `argv` run directly (never through a shell), in its own process group (so a stop reaches
-/// everything it forked), stdin from /dev/null, stdout and stderr appended to `log_path`, the agent's environment
-/// plus the job's plus [`contract_env`]. Creates `checkpoint_dir`. Returns the child, or an error naming what failed
-/// (the caller reports it as exit code 127).
-pub fn spawn_worker(a: &Assignment, node: u32, gpus: &[u32], checkpoint_dir: &Path, log_path: &Path) -> Result<Child> {
+/// everything it forked), stdin from /dev/null, stdout and stderr appended to its log, with [`worker_env`] only,
+/// and as `p.user` when given. Creates the checkpoint directory and log (see [`create_checkpoint_dir`],
+/// [`open_log`]). Returns the child, or an error naming what failed (the caller reports it as exit code 127).
+pub fn spawn_worker(a: &Assignment, p: &Placement) -> Result<Child> {
     let Some((program, args)) = a.argv.split_first() else {
         bail!("the job's argv is empty");
     };
-    std::fs::create_dir_all(checkpoint_dir)
-        .with_context(|| format!("creating checkpoint directory {}", checkpoint_dir.display()))?;
-    let stdout = open_log(log_path)?;
-    let stderr = stdout.try_clone().with_context(|| format!("duplicating log file {}", log_path.display()))?;
+    create_checkpoint_dir(p.checkpoint_dir, p.user)
+        .with_context(|| format!("creating checkpoint directory {}", p.checkpoint_dir.display()))?;
+    let stdout = open_log(p.log_path, p.user)?;
+    let stderr = stdout.try_clone().with_context(|| format!("duplicating log file {}", p.log_path.display()))?;
     let mut cmd = Command::new(program);
     cmd.args(args)
-        // The node's token must not reach the job: a job could act for its node with it.
-        .env_remove("SPILLWAY_AGENT_TOKEN")
-        .envs(&a.env)
-        .envs(contract_env(a, node, gpus, checkpoint_dir))
+        // A clean slate: the agent's environment is the daemon's (and held the node token once).
+        .env_clear()
+        .envs(worker_env(a, p.node, p.gpus, p.checkpoint_dir, std::env::var_os("PATH")))
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0);
-    if let Some(dir) = a.workdir.as_deref().filter(|d| !d.is_empty()) {
-        cmd.current_dir(dir);
+    let workdir = a.workdir.as_deref().filter(|d| !d.is_empty());
+    match p.user {
+        // Entered after dropping privileges, as the user. Without a workdir the job starts where the agent is,
+        // re-entered as the user too: inheriting the directory root entered would skip the user's access check.
+        Some(user) => {
+            let dir = workdir.map(PathBuf::from).or_else(|| std::env::current_dir().ok());
+            drop_privileges(&mut cmd, user, dir.as_deref())?
+        }
+        None => {
+            if let Some(dir) = workdir {
+                cmd.current_dir(dir);
+            }
+        }
     }
-    cmd.spawn().with_context(|| match &a.workdir {
+    cmd.spawn().with_context(|| match workdir {
         Some(dir) => format!("starting {program:?} in {dir:?}"),
         None => format!("starting {program:?}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_api::WorkerRef;
+    use std::collections::BTreeMap;
+
+    fn assignment() -> Assignment {
+        Assignment {
+            worker: WorkerRef { job: 3, attempt: 1, rank: 0 },
+            world_size: 1,
+            gpus: 0,
+            argv: vec!["true".into()],
+            env: BTreeMap::from([("PATH".to_string(), "/job/bin".to_string()), ("RANK".into(), "9".into())]),
+            workdir: None,
+            checkpoint_dir: "c".into(),
+            log_path: "l".into(),
+            master_addr: "127.0.0.1".into(),
+            master_port: 1,
+        }
+    }
+
+    fn get<'a>(env: &'a [(OsString, OsString)], key: &str) -> Vec<&'a OsString> {
+        env.iter().filter(|(k, _)| k == key).map(|(_, v)| v).collect()
+    }
+
+    #[test]
+    fn path_defaults_and_later_entries_win() {
+        let mut a = assignment();
+        let env = worker_env(&a, 1, &[], Path::new("/c"), None);
+        // Command::envs keeps the last value of a key: the job's PATH beats the agent's, the contract beats both.
+        assert_eq!(get(&env, "PATH"), vec![DEFAULT_PATH, "/job/bin"]);
+        assert_eq!(get(&env, "RANK"), vec!["9", "0"]);
+        a.env.clear();
+        let env = worker_env(&a, 1, &[], Path::new("/c"), Some("/agent/bin".into()));
+        assert_eq!(get(&env, "PATH"), vec!["/agent/bin"]);
+        let env = worker_env(&a, 1, &[], Path::new("/c"), Some("".into()));
+        assert_eq!(get(&env, "PATH"), vec![DEFAULT_PATH], "an empty PATH finds nothing");
+    }
 }

@@ -49,6 +49,7 @@ fn heartbeat_assign_run_then_gone() {
         data_dir: dir.join("data"),
         boot_delay_s: 0.05,
         heartbeat_ms: 50,
+        run_as: None,
     };
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || done_tx.send(run(args)).unwrap());
@@ -66,6 +67,21 @@ fn heartbeat_assign_run_then_gone() {
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     assert!(!alive(pid), "worker {pid} killed and reaped after 410");
     assert!(dir.join("data").is_dir());
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(dir.join("data")).unwrap().mode() & 0o777, 0o700, "the data dir is private");
+}
+
+#[test]
+fn run_as_an_unknown_user_refuses_to_start() {
+    let dir = scratch("hb-run-as");
+    // Nothing listens: an agent that started would heartbeat into the void instead of failing at once.
+    let mut a = args("http://127.0.0.1:1".into(), &dir.join("data"));
+    a.run_as = Some("spillway-no-such-user".into());
+    let err = format!("{:#}", run(a).expect_err("refuses"));
+    // As root the user is unknown; as anyone else --run-as is refused before the lookup.
+    assert!(err.contains("no such user") || err.contains("needs the agent to run as root"), "{err}");
+    assert!(err.contains("spillway-no-such-user"), "{err}");
+    assert!(!dir.join("data").exists(), "touched its data dir before refusing");
 }
 
 /// A fake daemon answering every heartbeat with `answer(n, heartbeat)` until it returns None (then it stops).
@@ -107,6 +123,7 @@ fn args(server: String, dir: &std::path::Path) -> AgentArgs {
         data_dir: dir.to_path_buf(),
         boot_delay_s: 0.0,
         heartbeat_ms: 30,
+        run_as: None,
     }
 }
 

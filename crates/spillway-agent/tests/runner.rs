@@ -233,3 +233,154 @@ fn shutdown_and_drop_leave_no_processes() {
     drop(r);
     assert!(!alive(pid), "drop kills workers");
 }
+
+#[test]
+fn a_worker_never_starts_twice_even_after_its_exit_is_acked() {
+    let dir = scratch("twice");
+    let mut r = Runner::new(1, 0, &dir);
+    let mut a = sh(8, 0, &dir, "echo ran");
+    a.worker.attempt = 2;
+    assert!(matches!(r.start(&a), StartOutcome::Started { .. }));
+    wait_exit(&mut r, 8, Duration::from_secs(5)).expect("exit");
+    r.ack(&[a.worker]);
+    // The daemon re-sends the old assignment: refused, also for an older attempt of the job.
+    assert_eq!(r.start(&a), StartOutcome::AlreadyRan);
+    let mut older = a.clone();
+    older.worker.attempt = 1;
+    assert_eq!(r.start(&older), StartOutcome::AlreadyRan);
+    // Another rank of that attempt and a newer attempt are new workers.
+    let mut rank1 = a.clone();
+    rank1.worker.rank = 1;
+    assert!(matches!(r.start(&rank1), StartOutcome::Started { .. }));
+    let mut newer = a.clone();
+    newer.worker.attempt = 3;
+    assert!(matches!(r.start(&newer), StartOutcome::Started { .. }));
+    let mut seen = 0;
+    wait_for(Duration::from_secs(5), || {
+        seen += r.poll().exits.len();
+        (seen == 2).then_some(())
+    })
+    .expect("both exit");
+    let log = std::fs::read_to_string(dir.join("logs/8.log")).unwrap();
+    assert_eq!(log, "ran\nran\nran\n", "attempt 2 rank 0 once, rank 1, attempt 3");
+    // A start that failed is not retried either.
+    let mut broken = sh(9, 0, &dir, "");
+    broken.argv = vec!["/nonexistent/spillway-no-such-program".into()];
+    assert!(matches!(r.start(&broken), StartOutcome::Failed(_)));
+    r.ack(&[broken.worker]);
+    assert_eq!(r.start(&broken), StartOutcome::AlreadyRan);
+    assert!(r.exited().iter().all(|e| e.worker != broken.worker), "no second exit reported");
+}
+
+/// The permission bits of `p` (not following a final symlink).
+fn mode(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p).unwrap().mode() & 0o7777
+}
+
+#[test]
+fn logs_and_checkpoint_dirs_are_private() {
+    // The usual umask: without explicit modes, directories would be 0755 and files 0644.
+    // SAFETY: umask has no memory-safety preconditions.
+    unsafe { libc::umask(0o022) };
+    let dir = scratch("modes");
+    let mut r = Runner::new(1, 0, &dir);
+    let mut a = sh(12, 0, &dir, "echo hi; echo x > \"$SPILLWAY_CHECKPOINT_DIR/ckpt\"");
+    a.log_path = "logs/job-12/rank-0.log".into();
+    a.checkpoint_dir = "checkpoints/job-12".into();
+    r.start(&a);
+    assert_eq!(wait_exit(&mut r, 12, Duration::from_secs(5)).expect("exit").code, Some(0));
+    for d in ["logs", "logs/job-12", "checkpoints", "checkpoints/job-12"] {
+        assert_eq!(mode(&dir.join(d)), 0o700, "{d}");
+    }
+    assert_eq!(mode(&dir.join("logs/job-12/rank-0.log")), 0o600);
+    assert_eq!(std::fs::read_to_string(dir.join("logs/job-12/rank-0.log")).unwrap(), "hi\n");
+    // A log path that is a symlink is refused, not followed.
+    let target = dir.join("elsewhere");
+    std::fs::write(&target, "").unwrap();
+    std::os::unix::fs::symlink(&target, dir.join("logs/link.log")).unwrap();
+    let mut b = sh(13, 0, &dir, "echo through the link");
+    b.log_path = "logs/link.log".into();
+    assert!(matches!(r.start(&b), StartOutcome::Failed(_)));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "", "wrote through a symlinked log");
+}
+
+/// Whether this test process is root (the run-as tests need it).
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn run_as_another_user() {
+    if !root() {
+        println!("skipped run_as_another_user: needs root to switch users");
+        return;
+    }
+    let nobody = match spillway_agent::user::resolve("nobody") {
+        Ok(u) => u,
+        Err(e) => {
+            println!("skipped run_as_another_user: no user nobody ({e:#})");
+            return;
+        }
+    };
+    let dir = scratch("run-as");
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "root only\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut r = Runner::new(1, 0, &dir).with_run_as(nobody.clone());
+    let mut a = sh(
+        14,
+        0,
+        &dir,
+        "id -u; id -G; cat \"$0\" 2>/dev/null && echo READ || echo DENIED; echo 1 > \"$SPILLWAY_CHECKPOINT_DIR/c\" && echo WROTE",
+    );
+    a.argv.push(secret.display().to_string());
+    a.checkpoint_dir = dir.join("checkpoints/job-14").display().to_string();
+    assert!(matches!(r.start(&a), StartOutcome::Started { .. }));
+    assert_eq!(wait_exit(&mut r, 14, Duration::from_secs(5)).expect("exit").code, Some(0));
+    let log_path = dir.join("logs/14.log");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.first().copied(), Some(nobody.uid.to_string().as_str()), "{log}");
+    let groups: Vec<u32> = lines[1].split_whitespace().filter_map(|g| g.parse().ok()).collect();
+    assert!(!groups.contains(&0) && groups.contains(&nobody.gid), "root's groups kept: {log}");
+    assert!(log.contains("DENIED") && !log.contains("root only"), "read a root-only file: {log}");
+    assert!(log.contains("WROTE"), "cannot write its own checkpoint dir: {log}");
+    use std::os::unix::fs::MetadataExt;
+    let ckpt = dir.join("checkpoints/job-14");
+    for (p, want) in [(&ckpt, 0o700), (&log_path, 0o600)] {
+        let m = std::fs::metadata(p).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (nobody.uid, nobody.gid, want), "{}", p.display());
+    }
+    // Its parent, made by the agent, lets the user through but not look around.
+    assert_eq!(mode(&dir.join("checkpoints")), 0o711);
+    assert_eq!(std::fs::metadata(ckpt.join("c")).unwrap().uid(), nobody.uid);
+}
+
+#[test]
+fn run_as_enters_the_workdir_as_the_user() {
+    if !root() {
+        println!("skipped run_as_enters_the_workdir_as_the_user: needs root to switch users");
+        return;
+    }
+    let Ok(nobody) = spillway_agent::user::resolve("nobody") else {
+        println!("skipped run_as_enters_the_workdir_as_the_user: no user nobody");
+        return;
+    };
+    let dir = scratch("run-as-workdir");
+    let private = dir.join("root-only");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let mut r = Runner::new(1, 0, &dir).with_run_as(nobody);
+    // Root could enter it and leave the job inside; the user cannot.
+    let mut a = sh(15, 0, &dir, "ls");
+    a.workdir = Some(private.display().to_string());
+    assert!(matches!(r.start(&a), StartOutcome::Failed(_)));
+    let mut b = sh(16, 0, &dir, "pwd");
+    b.workdir = Some(dir.display().to_string());
+    assert!(matches!(r.start(&b), StartOutcome::Started { .. }));
+    assert_eq!(wait_exit(&mut r, 16, Duration::from_secs(5)).expect("exit").code, Some(0));
+    let log = std::fs::read_to_string(dir.join("logs/16.log")).unwrap();
+    assert_eq!(log.trim(), dir.display().to_string());
+}

@@ -45,6 +45,7 @@ fn sigterm_stops_workers_and_returns_ok() {
         data_dir: dir.clone(),
         boot_delay_s: 0.0,
         heartbeat_ms: 50,
+        run_as: None,
     };
     let agent = std::thread::spawn(move || run(args));
     let read_pid = |name: &str| std::fs::read_to_string(dir.join(name)).ok()?.trim().parse::<i32>().ok();

@@ -3,21 +3,42 @@
 //! unknown fields, so a typo in a field name is an error that names it, not a silently ignored value.
 //!
 //! Routes (all JSON, bearer token in `Authorization`):
-//! - `POST /v1/jobs` [`JobSubmit`] -> [`JobView`] (201); `GET /v1/jobs?state=&team=&tier=&limit=` -> `[JobView]`;
+//! - `POST /v1/jobs` [`JobSubmit`] -> [`JobView`] (201); `GET /v1/jobs?state=&team=&tier=&limit=&cursor=` ->
+//!   `[JobView]`, newest first;
 //!   `GET /v1/jobs/{id}` -> [`JobView`]; `POST /v1/jobs/{id}/cancel` -> [`JobView`]; `GET /v1/jobs/{id}/logs` -> text.
 //! - `GET /v1/nodes` -> `[NodeView]`; `POST /v1/nodes/{id}/interrupt` -> [`NodeView`];
 //!   `POST /v1/nodes/{id}/protect` [`Protect`] -> [`NodeView`].
 //! - `GET /v1/pools` -> `[PoolView]`; `POST /v1/pools/{name}/scale` [`PoolScale`] -> [`PoolView`];
 //!   `POST /v1/pools/{name}/protect` [`Protect`] -> [`PoolView`].
-//! - `GET /v1/events?job=&node=&pool=&kind=&limit=` -> `[EventView]`; `GET /v1/cost?since=&until=` -> [`CostView`].
+//! - `GET /v1/events?job=&node=&pool=&kind=&limit=&cursor=` -> `[EventView]`, oldest first;
+//!   `GET /v1/cost?since=&until=` -> [`CostView`].
 //! - `POST /v1/agent/heartbeat` [`Heartbeat`] -> [`HeartbeatReply`] (node token only).
 //! - `GET /v1/openapi.json`, `GET /healthz`, `GET /readyz`, `GET /metrics` (no token).
-//! - Errors: 4xx/5xx with [`ErrorBody`].
+//! - Lists page: `limit` (default 100, at most 1000) and `cursor`; a page that is not the last carries
+//!   `Link: <...>; rel="next"` and [`NEXT_CURSOR_HEADER`]. Job cursors are opaque. An event cursor is a sequence
+//!   number: `cursor=N` starts at the first kept event with `seq >= N`, so a client tails the log by asking from
+//!   one past the last `seq` it saw. Filter values that name nothing are refused (422), as are unknown parameters.
+//! - Errors: every 4xx/5xx has an [`ErrorBody`] (`field` names the body field or query parameter at fault).
+//!   Request bodies are at most 1 MiB (413) and must arrive within 10 s (408); JSON followed by anything but
+//!   whitespace is refused (400).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// A job submission (`POST /v1/jobs`).
+///
+/// The daemon refuses a submission outside these limits (the constants of [`limits`]) with 422 naming the field,
+/// before anything is logged; [`JobSubmit::check`] is the same test:
+/// - `name` at most 256 bytes; `tier`, `team` and `gpu_model` at most 128 bytes; `workdir` at most 4096 bytes;
+/// - `argv` 1 to 1024 entries, each at most 16 KiB, 64 KiB in all, the program (`argv[0]`) not blank;
+/// - `env` at most 256 entries, keys `[A-Za-z_][A-Za-z0-9_]*` of at most 256 bytes, values at most 16 KiB,
+///   keys and values 64 KiB in all;
+/// - no NUL byte in any string;
+/// - `gpus` 1 to 1024, `workers` 1 to 4096;
+/// - `checkpoint_interval_s` in [1, 31,536,000] (one year); `deadline_s` and `expected_duration_s` in
+///   (0, 315,360,000] (ten years); every number finite.
+///
+/// The whole request body is at most 1 MiB ([`limits::MAX_BODY_BYTES`], 413 beyond).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSubmit {
@@ -55,6 +76,159 @@ pub struct JobSubmit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_duration_s: Option<f64>,
 }
+
+impl JobSubmit {
+    /// Returns `Ok` when the submission is within [`limits`], else an [`ErrorBody`] naming the first field at fault
+    /// (`name`, `argv`, `argv[3]`, `env`, `env.KEY`, `deadline_s`, ...). Checks shape only: whether the tier, team
+    /// or GPU model exist is the daemon's business.
+    pub fn check(&self) -> Result<(), ErrorBody> {
+        use limits::*;
+        let opt = |field: &str, v: &Option<String>, max: usize| v.as_deref().map_or(Ok(()), |v| check_str(field, v, max));
+        opt("name", &self.name, MAX_NAME_BYTES)?;
+        check_str("tier", &self.tier, MAX_LABEL_BYTES)?;
+        opt("team", &self.team, MAX_LABEL_BYTES)?;
+        opt("gpu_model", &self.gpu_model, MAX_LABEL_BYTES)?;
+        opt("workdir", &self.workdir, MAX_WORKDIR_BYTES)?;
+        check_count("gpus", self.gpus, MAX_GPUS_PER_WORKER)?;
+        check_count("workers", self.workers.unwrap_or(1), MAX_WORKERS)?;
+        check_argv(&self.argv)?;
+        check_env(&self.env)?;
+        check_secs("checkpoint_interval_s", self.checkpoint_interval_s, MIN_CHECKPOINT_INTERVAL_S, true, MAX_CHECKPOINT_INTERVAL_S)?;
+        check_secs("deadline_s", self.deadline_s, 0.0, false, MAX_DURATION_S)?;
+        check_secs("expected_duration_s", self.expected_duration_s, 0.0, false, MAX_DURATION_S)
+    }
+}
+
+/// Returns the refusal of `field`.
+fn refuse(field: &str, error: String) -> ErrorBody {
+    ErrorBody { error, field: Some(field.to_string()) }
+}
+
+/// Checks one string: at most `max` bytes, no NUL (a NUL cannot reach `execve` and truncates C strings).
+fn check_str(field: &str, v: &str, max: usize) -> Result<(), ErrorBody> {
+    if v.len() > max {
+        return Err(refuse(field, format!("{field} is {} bytes, more than the limit of {max}", v.len())));
+    }
+    if v.contains('\0') {
+        return Err(refuse(field, format!("{field} contains a NUL byte")));
+    }
+    Ok(())
+}
+
+/// Checks a count in 1..=max (0 is left to the daemon, which names the field the same way).
+fn check_count(field: &str, v: u32, max: u32) -> Result<(), ErrorBody> {
+    if v > max {
+        return Err(refuse(field, format!("{field} is {v}, more than the limit of {max}")));
+    }
+    Ok(())
+}
+
+/// Checks the command: 1..=MAX_ARGV entries, each and all within their byte limits, the program not blank.
+fn check_argv(argv: &[String]) -> Result<(), ErrorBody> {
+    use limits::*;
+    if argv.first().is_none_or(|p| p.trim().is_empty()) {
+        return Err(refuse("argv", "argv is empty: give the program and its arguments".into()));
+    }
+    if argv.len() > MAX_ARGV {
+        return Err(refuse("argv", format!("argv has {} entries, more than the limit of {MAX_ARGV}", argv.len())));
+    }
+    for (i, a) in argv.iter().enumerate() {
+        check_str(&format!("argv[{i}]"), a, MAX_ARG_BYTES)?;
+    }
+    let total: usize = argv.iter().map(String::len).sum();
+    if total > MAX_ARGV_BYTES {
+        return Err(refuse("argv", format!("argv is {total} bytes in all, more than the limit of {MAX_ARGV_BYTES}")));
+    }
+    Ok(())
+}
+
+/// Returns whether `k` is a portable environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
+fn env_name(k: &str) -> bool {
+    let mut b = k.bytes();
+    b.next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// Checks the environment: entry count, names, value sizes and the total.
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), ErrorBody> {
+    use limits::*;
+    if env.len() > MAX_ENV {
+        return Err(refuse("env", format!("env has {} entries, more than the limit of {MAX_ENV}", env.len())));
+    }
+    for (k, v) in env {
+        if k.len() > MAX_ENV_KEY_BYTES {
+            return Err(refuse("env", format!("an env name is {} bytes, more than the limit of {MAX_ENV_KEY_BYTES}", k.len())));
+        }
+        if !env_name(k) {
+            // The name goes into the message escaped, so a control character cannot garble a terminal.
+            return Err(refuse("env", format!("env name {k:?} is not [A-Za-z_][A-Za-z0-9_]*")));
+        }
+        check_str(&format!("env.{k}"), v, MAX_ENV_VALUE_BYTES)?;
+    }
+    let total: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > MAX_ENV_BYTES {
+        return Err(refuse("env", format!("env is {total} bytes in all, more than the limit of {MAX_ENV_BYTES}")));
+    }
+    Ok(())
+}
+
+/// Checks a duration in seconds: finite, above `min` (or at least `min` when `min_inclusive`), at most `max`.
+fn check_secs(field: &str, v: Option<f64>, min: f64, min_inclusive: bool, max: f64) -> Result<(), ErrorBody> {
+    let Some(x) = v else { return Ok(()) };
+    let above = if min_inclusive { x >= min } else { x > min };
+    if !(x.is_finite() && above && x <= max) {
+        let low = if min_inclusive { format!("[{min}") } else { format!("({min}") };
+        return Err(refuse(field, format!("{field} must be a number of seconds in {low}, {max}], got {x}")));
+    }
+    Ok(())
+}
+
+/// The limits of the API, in one place: what a submission may hold ([`JobSubmit::check`]), how large a request
+/// body may be, and how list endpoints page. The OpenAPI document (`GET /v1/openapi.json`) lists them too.
+pub mod limits {
+    /// The largest request body, bytes (1 MiB; 413 beyond).
+    pub const MAX_BODY_BYTES: usize = 1 << 20;
+    /// `name`, bytes.
+    pub const MAX_NAME_BYTES: usize = 256;
+    /// `tier`, `team` and `gpu_model`, bytes.
+    pub const MAX_LABEL_BYTES: usize = 128;
+    /// `workdir`, bytes (Linux `PATH_MAX`).
+    pub const MAX_WORKDIR_BYTES: usize = 4096;
+    /// Entries of `argv`.
+    pub const MAX_ARGV: usize = 1024;
+    /// One `argv` entry, bytes.
+    pub const MAX_ARG_BYTES: usize = 16 << 10;
+    /// All of `argv`, bytes.
+    pub const MAX_ARGV_BYTES: usize = 64 << 10;
+    /// Entries of `env`.
+    pub const MAX_ENV: usize = 256;
+    /// One `env` name, bytes.
+    pub const MAX_ENV_KEY_BYTES: usize = 256;
+    /// One `env` value, bytes.
+    pub const MAX_ENV_VALUE_BYTES: usize = 16 << 10;
+    /// All `env` names and values, bytes.
+    pub const MAX_ENV_BYTES: usize = 64 << 10;
+    /// `gpus` (per worker).
+    pub const MAX_GPUS_PER_WORKER: u32 = 1024;
+    /// `workers` (in one gang).
+    pub const MAX_WORKERS: u32 = 4096;
+    /// `checkpoint_interval_s`, the shortest (a checkpoint more often than each second is a busy loop).
+    pub const MIN_CHECKPOINT_INTERVAL_S: f64 = 1.0;
+    /// `checkpoint_interval_s`, the longest (one year).
+    pub const MAX_CHECKPOINT_INTERVAL_S: f64 = 31_536_000.0;
+    /// `deadline_s` and `expected_duration_s`, the longest (ten years); both must be above zero.
+    pub const MAX_DURATION_S: f64 = 315_360_000.0;
+    /// Items in one page of `GET /v1/jobs` and `GET /v1/events` when `limit` is not given.
+    pub const DEFAULT_PAGE_LIMIT: usize = 100;
+    /// The largest `limit` (422 beyond).
+    pub const MAX_PAGE_LIMIT: usize = 1000;
+    /// About the most bytes of names and argv in one page of `GET /v1/jobs`: a page of large jobs ends early (with
+    /// a next cursor), so no page is much larger than this (one job beyond it at most).
+    pub const MAX_PAGE_BYTES: usize = 4 << 20;
+}
+
+/// The response header with the cursor of the next page of a list (absent on the last page); the `Link` header
+/// carries the same page as `<...>; rel="next"`.
+pub const NEXT_CURSOR_HEADER: &str = "x-next-cursor";
 
 /// A job as the API shows it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -196,6 +370,14 @@ pub struct WorkerExit {
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
     pub node: u32,
+    /// This agent's heartbeat counter (1, 2, ... over its life). The daemon ignores a heartbeat no newer than the
+    /// last one it handled for the node (a delayed or duplicated request). 0: not counted (older agents).
+    #[serde(default)]
+    pub seq: u64,
+    /// The `seq` of the latest heartbeat whose reply the agent has applied: workers that reply handed out and
+    /// that this heartbeat lists neither as running nor as exited are known not to run.
+    #[serde(default)]
+    pub applied: u64,
     #[serde(default)]
     pub running: Vec<WorkerRef>,
     #[serde(default)]
@@ -246,3 +428,47 @@ pub struct HeartbeatReply {
 
 /// The header the daemon and the CLI use for tokens.
 pub const AUTH_HEADER: &str = "authorization";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn submit() -> JobSubmit {
+        JobSubmit { tier: "p1".into(), gpus: 1, argv: vec!["true".into()], ..JobSubmit::default() }
+    }
+
+    fn field_of(j: &JobSubmit) -> Option<String> {
+        j.check().err().and_then(|e| e.field)
+    }
+
+    #[test]
+    fn env_names_are_portable_identifiers() {
+        for ok in ["A", "_", "PATH", "a_1", "_X9"] {
+            assert!(env_name(ok), "{ok}");
+        }
+        for bad in ["", "1A", "A-B", "A B", "A=B", "É"] {
+            assert!(!env_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn limits_are_inclusive_and_name_the_field() {
+        assert_eq!(submit().check(), Ok(()));
+        let mut j = submit();
+        j.name = Some("n".repeat(limits::MAX_NAME_BYTES));
+        assert_eq!(j.check(), Ok(()));
+        j.name = Some("n".repeat(limits::MAX_NAME_BYTES + 1));
+        assert_eq!(field_of(&j).as_deref(), Some("name"));
+        let mut j = submit();
+        j.checkpoint_interval_s = Some(limits::MIN_CHECKPOINT_INTERVAL_S);
+        j.deadline_s = Some(limits::MAX_DURATION_S);
+        assert_eq!(j.check(), Ok(()));
+        for bad in [f64::NAN, f64::INFINITY, 0.0, -1.0, limits::MAX_DURATION_S * 2.0] {
+            j.deadline_s = Some(bad);
+            assert_eq!(field_of(&j).as_deref(), Some("deadline_s"), "{bad}");
+        }
+        let mut j = submit();
+        j.env.insert("K".into(), "a\0b".into());
+        assert_eq!(field_of(&j).as_deref(), Some("env.K"));
+    }
+}

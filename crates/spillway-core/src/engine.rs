@@ -4,14 +4,15 @@
 //! after something changed, so events of one instant are decided together.
 
 use crate::cluster::Cluster;
-use crate::config::Config;
+use crate::config::{Config, GangRoom};
 use crate::event::{Action, Decision, DecisionKind, Event, StopReason, job_subject};
 use crate::model::{Job, JobId, JobSpec, JobState, NodeId, NodeState, PendingReason};
 use crate::queue::Queue;
 use crate::time::Time;
 use std::collections::VecDeque;
 
-/// Why a job spec was refused; names the field.
+/// Why a job spec was refused; its Display starts with the field at fault (`workers: ...`), which
+/// [`SubmitError::field`] returns.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SubmitError {
     /// The tier is not in the config.
@@ -29,6 +30,32 @@ pub enum SubmitError {
     /// The whole gang needs more GPUs than the team's quota.
     #[error("workers: the job needs {need} GPUs, more than team `{team}`'s quota of {quota}")]
     OverQuota { need: u32, team: String, quota: u32 },
+    /// GPUs per worker x workers does not fit a `u32`.
+    #[error("workers: {workers} workers of {gpus} GPUs need more than {max} GPUs in all", max = u32::MAX)]
+    GangOverflow { gpus: u32, workers: u32 },
+    /// No single pool the job may use could ever hold the whole gang; `largest` is the most workers of its size
+    /// any could, and `room` says where (empty when none holds one).
+    #[error("workers: {} of {} cannot run: the largest gang tier {tier} could ever run is {largest}{room}", count(*workers, "worker"), count(*gpus, "GPU"))]
+    GangTooLarge { workers: u32, gpus: u32, tier: String, largest: u32, room: String },
+    /// A text field is longer than the engine keeps.
+    #[error("{field}: {len} bytes is too long (at most {max})")]
+    TooLong { field: &'static str, len: usize, max: usize },
+    /// A time or duration outside the range the engine accepts; `range` says it in words.
+    #[error("{field}: {value} is out of range ({range})")]
+    OutOfRange { field: &'static str, value: i64, range: &'static str },
+}
+
+impl SubmitError {
+    /// Returns the field the refusal names: the start of its Display, before the first `:`.
+    pub fn field(&self) -> &'static str {
+        match self {
+            SubmitError::UnknownTier(..) => "tier",
+            SubmitError::Zero(f) | SubmitError::TooLong { field: f, .. } | SubmitError::OutOfRange { field: f, .. } => f,
+            SubmitError::TooLarge { .. } => "gpus",
+            SubmitError::NoSuchModel { .. } => "gpu_type",
+            SubmitError::OverQuota { .. } | SubmitError::GangOverflow { .. } | SubmitError::GangTooLarge { .. } => "workers",
+        }
+    }
 }
 
 /// Why an event was refused.
@@ -44,9 +71,31 @@ pub enum EventError {
     BadBounds { pool: String, min: u32, max: u32 },
 }
 
-/// Checks a job spec against a config (tier exists, sizes non-zero, a worker fits the largest node its tier
-/// may use, the gang fits its team's quota) and returns its tier index.
+/// Returns `n` followed by `noun`, plural unless `n` is 1.
+fn count(n: u32, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+/// Longest job name the engine keeps, in bytes (names go into every decision record and API view).
+pub const MAX_NAME_BYTES: usize = 256;
+/// Longest tier, team or GPU model name, in bytes.
+pub const MAX_LABEL_BYTES: usize = 128;
+/// Checkpoint intervals accepted: 1 s (the config's floor for tiers) to 365 days.
+pub const CHECKPOINT_INTERVAL_MS: std::ops::RangeInclusive<i64> = 1_000..=365 * DAY_MS;
+/// Expected durations accepted: 1 ms to 10 years (of 365.25 days).
+pub const EXPECTED_DURATION_MS: std::ops::RangeInclusive<i64> = 1..=3_652 * DAY_MS + DAY_MS / 2;
+/// Deadlines accepted, ms since the Unix epoch: the epoch to the last millisecond of year 9999. Bounded so that
+/// deadline arithmetic (minus durations, plus margins) never leaves `i64`.
+pub const DEADLINE_MS: std::ops::RangeInclusive<i64> = 0..=253_402_300_799_999;
+const DAY_MS: i64 = 86_400_000;
+
+/// Checks a job spec against a config and returns its tier index: text fields within their lengths, the tier
+/// exists, sizes non-zero, times within their ranges, a worker fits the largest node its tier may use, the gang's
+/// GPU count fits a `u32`, some single pool it may use could ever hold the whole gang, and the gang fits its
+/// team's quota. Each refusal names its field.
 pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
+    // Lengths first, so an oversized name is never echoed into another refusal's message.
+    check_lengths(spec)?;
     let tier = cfg.tier_index(&spec.tier).ok_or_else(|| {
         let names: Vec<_> = cfg.tiers.iter().map(|t| t.name.as_str()).collect();
         SubmitError::UnknownTier(spec.tier.clone(), names.join(", "))
@@ -57,6 +106,7 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     if spec.workers == 0 {
         return Err(SubmitError::Zero("workers"));
     }
+    check_times(spec)?;
     let largest = cfg.largest_node_gpus(tier, spec.gpu_model.as_deref());
     if let (0, Some(model)) = (largest, &spec.gpu_model) {
         return Err(SubmitError::NoSuchModel { model: model.clone(), tier: spec.tier.clone() });
@@ -69,11 +119,73 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
             largest,
         });
     }
-    let need = spec.gpus_per_worker * spec.workers;
+    let need = gang_gpus(spec)?;
+    check_gang_fits(cfg, tier, spec)?;
     if let Some(quota) = cfg.teams.iter().find(|t| t.name == spec.team).and_then(|t| t.quota_gpus).filter(|&q| need > q) {
         return Err(SubmitError::OverQuota { need, team: spec.team.clone(), quota });
     }
     Ok(tier)
+}
+
+/// Refuses text fields longer than the engine keeps.
+fn check_lengths(spec: &JobSpec) -> Result<(), SubmitError> {
+    let fields = [
+        ("name", spec.name.len(), MAX_NAME_BYTES),
+        ("tier", spec.tier.len(), MAX_LABEL_BYTES),
+        ("team", spec.team.len(), MAX_LABEL_BYTES),
+        ("gpu_model", spec.gpu_model.as_ref().map_or(0, String::len), MAX_LABEL_BYTES),
+    ];
+    match fields.into_iter().find(|&(_, len, max)| len > max) {
+        Some((field, len, max)) => Err(SubmitError::TooLong { field, len, max }),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a checkpoint interval, expected duration or deadline outside its range.
+fn check_times(spec: &JobSpec) -> Result<(), SubmitError> {
+    let fields = [
+        ("checkpoint_interval_ms", spec.checkpoint_interval_ms, CHECKPOINT_INTERVAL_MS, "1000 ms to 365 days"),
+        ("expected_duration_ms", spec.expected_duration_ms, EXPECTED_DURATION_MS, "1 ms to 10 years"),
+        ("deadline", spec.deadline, DEADLINE_MS, "ms since the Unix epoch, up to the end of year 9999"),
+    ];
+    for (field, value, allowed, range) in fields {
+        if let Some(value) = value.filter(|v| !allowed.contains(v)) {
+            return Err(SubmitError::OutOfRange { field, value, range });
+        }
+    }
+    Ok(())
+}
+
+/// Returns the GPUs the whole gang needs, or a refusal when the product overflows.
+fn gang_gpus(spec: &JobSpec) -> Result<u32, SubmitError> {
+    spec.checked_total_gpus().ok_or(SubmitError::GangOverflow { gpus: spec.gpus_per_worker, workers: spec.workers })
+}
+
+/// Refuses a gang that no single pool the job may use could ever hold: it would wait for ever, and keep the
+/// autoscaler buying and removing nodes for it.
+fn check_gang_fits(cfg: &Config, tier: usize, spec: &JobSpec) -> Result<(), SubmitError> {
+    let t = &cfg.tiers[tier];
+    let interruptible = spec.interruptible.unwrap_or(t.interruptible);
+    let room = cfg.largest_gang(tier, spec.gpus_per_worker, spec.gpu_model.as_deref(), interruptible);
+    let largest = room.map_or(0, |r| r.workers);
+    if spec.workers <= largest {
+        return Ok(());
+    }
+    let room = match room {
+        Some(GangRoom { pool, nodes, per_node: Some(per), .. }) => {
+            format!(" (pool {}: {} x {})", cfg.pools[pool].name, count(nodes, "node"), count(per, "worker"))
+        }
+        Some(GangRoom { pool, nodes, per_node: None, .. }) => {
+            format!(" (pool {}: {} on {})", cfg.pools[pool].name, count(largest, "worker"), count(nodes, "node"))
+        }
+        // Only spot could hold a worker: say so, since the job (or its tier) is what keeps it off spot.
+        None if !interruptible && cfg.largest_gang(tier, spec.gpus_per_worker, spec.gpu_model.as_deref(), true).is_some() => {
+            " (only spot pools hold a worker of this size, and the job is not interruptible)".to_string()
+        }
+        // Otherwise the pools whose nodes would hold a worker may have none now (max_nodes lowered to 0).
+        None => " (no pool it may use may have a node now that holds a worker of this size)".to_string(),
+    };
+    Err(SubmitError::GangTooLarge { workers: spec.workers, gpus: spec.gpus_per_worker, tier: t.name.clone(), largest, room })
 }
 
 /// The engine. Deterministic: the same config, start time and event sequence give the same actions.
@@ -143,15 +255,44 @@ impl Engine {
         self.queue.len()
     }
 
-    /// Accepts a job at `now` and returns its id, or says which field is wrong.
+    /// Accepts a job at `now` and returns its id, or says which field is wrong (see [`check_spec`]; the engine's
+    /// current config counts, with pool bounds as `SetPoolBounds` left them).
     pub fn submit(&mut self, now: Time, spec: JobSpec) -> Result<JobId, SubmitError> {
         self.advance(now);
         let tier = check_spec(&self.cfg, &spec)?;
+        let need = gang_gpus(&spec)?;
         let team = self.c.team(&spec.team, None, 1.0);
-        let need = spec.gpus_per_worker * spec.workers;
         if let Some(quota) = self.c.teams[team].quota_gpus.filter(|&q| need > q) {
             return Err(SubmitError::OverQuota { need, team: spec.team.clone(), quota });
         }
+        let id = self.add_job(now, spec, tier, team, JobState::Queued);
+        self.queue.register(id, need);
+        self.queue.push(tier, team, now, id);
+        self.dirty = true;
+        Ok(id)
+    }
+
+    /// Records a submission the engine refuses now though a shell's input log once accepted it (a replay after
+    /// the rules changed): the job is created `Failed`, ended at `now`, never queued or started, so the ids of
+    /// later jobs stay the ones the log gave them. A `JobFinished` decision with reason `refused_on_replay`
+    /// carries `reason` (the refusal, for people). Returns the job's id. The spec is kept as given: its tier,
+    /// when the config has none of that name, resolves to the lowest-priority tier, so the job's tier index
+    /// stays valid.
+    pub fn submit_refused(&mut self, now: Time, spec: JobSpec, reason: String) -> JobId {
+        self.advance(now);
+        let lowest = self.cfg.tiers.len().saturating_sub(1);
+        let tier = self.cfg.tier_index(&spec.tier).unwrap_or(lowest);
+        let team = self.c.team(&spec.team, None, 1.0);
+        let id = self.add_job(now, spec, tier, team, JobState::Failed);
+        self.c.jobs[id.0 as usize].ended = Some(now);
+        // Nothing the scheduler sees changed, so no decision pass is due.
+        self.record(DecisionKind::JobFinished, || job_subject(id), "refused_on_replay", || reason);
+        id
+    }
+
+    /// Adds a job submitted at `now` in `state` (its tier and team resolved) and returns its id. It does not
+    /// queue it.
+    fn add_job(&mut self, now: Time, spec: JobSpec, tier: usize, team: usize, state: JobState) -> JobId {
         let t = &self.cfg.tiers[tier];
         let interruptible = spec.interruptible.unwrap_or(t.interruptible);
         let checkpoint_interval_ms =
@@ -164,7 +305,7 @@ impl Engine {
             team,
             interruptible,
             checkpoint_interval_ms,
-            state: JobState::Queued,
+            state,
             attempt: 0,
             submitted: now,
             queued_since: now,
@@ -182,10 +323,7 @@ impl Engine {
             spot_only_until: None,
             uniform_progress: self.cfg.policy.deadline_policy == crate::config::DeadlinePolicy::Safe,
         });
-        self.queue.register(id, need);
-        self.queue.push(tier, team, now, id);
-        self.dirty = true;
-        Ok(id)
+        id
     }
 
     /// Applies an event that happened at `now`. Stale events (an exit of an attempt that was already stopped)
@@ -205,14 +343,21 @@ impl Engine {
             Event::LaunchFailed { node, error } => self.launch_failed(node, error)?,
             Event::NodeLost { node } => self.node_lost(node)?,
             Event::JobExited { job, attempt, success } => {
-                let j = self.c.jobs.get(job.0 as usize).ok_or(EventError::UnknownJob(job.0))?;
-                if j.state != JobState::Running || j.attempt != attempt {
+                if !self.is_current_attempt(job, attempt)? {
                     return Ok(());
                 }
                 self.c.release(job, now);
                 let j = &mut self.c.jobs[job.0 as usize];
                 j.state = if success { JobState::Succeeded } else { JobState::Failed };
                 j.ended = Some(now);
+            }
+            Event::AttemptLost { job, attempt } => {
+                if !self.is_current_attempt(job, attempt)? {
+                    return Ok(());
+                }
+                // The node is fine, only the process is gone: requeue the job as a lost node would, and leave
+                // the node to the pool.
+                self.requeue(job, StopReason::NodeLost);
             }
             Event::CheckpointDone { job, attempt } => {
                 let j = self.c.jobs.get_mut(job.0 as usize).ok_or(EventError::UnknownJob(job.0))?;
@@ -294,6 +439,13 @@ impl Engine {
     fn advance(&mut self, now: Time) {
         // Time never runs backwards inside the engine, whatever the shell hands in.
         self.now = self.now.max(now);
+    }
+
+    /// Returns whether `attempt` is the running attempt of `job` (a stale report about an attempt already
+    /// stopped is not), or refuses an unknown job.
+    fn is_current_attempt(&self, job: JobId, attempt: u32) -> Result<bool, EventError> {
+        let j = self.c.jobs.get(job.0 as usize).ok_or(EventError::UnknownJob(job.0))?;
+        Ok(j.state == JobState::Running && j.attempt == attempt)
     }
 
     fn node(&self, id: NodeId) -> Result<&crate::model::Node, EventError> {

@@ -31,6 +31,10 @@ pub enum Event {
     NodeLost { node: NodeId },
     /// A job's attempt exited on its own; `success` is its exit status.
     JobExited { job: JobId, attempt: u32, success: bool },
+    /// The process running a job's attempt is gone though its node is fine (its agent was replaced, say): the
+    /// job is requeued as on a lost node (`StopReason::NodeLost`) if that attempt is still its running one;
+    /// otherwise the event is ignored.
+    AttemptLost { job: JobId, attempt: u32 },
     /// A job reported a finished checkpoint in its current attempt.
     CheckpointDone { job: JobId, attempt: u32 },
     /// A node reported its GPU utilization (0-1), for metric-driven scaling.

@@ -17,7 +17,7 @@ mod scale;
 mod schedule;
 pub mod time;
 
-pub use config::{Config, ConfigError, Market};
+pub use config::{Config, ConfigError, GangRoom, Market};
 pub use engine::{Engine, EventError, SubmitError, check_spec};
 pub use event::{Action, Decision, DecisionKind, Event, LaunchError, StopReason};
 pub use model::{Job, JobId, JobSpec, JobState, Node, NodeId, NodeState, PendingReason};

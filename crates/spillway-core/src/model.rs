@@ -31,6 +31,14 @@ pub struct JobSpec {
     pub expected_duration_ms: Option<Millis>,
 }
 
+impl JobSpec {
+    /// Returns the GPUs the whole gang asks for (GPUs per worker x workers), or `None` when that overflows a
+    /// `u32` (a spec no cluster can hold; [`crate::check_spec`] refuses it).
+    pub fn checked_total_gpus(&self) -> Option<u32> {
+        self.gpus_per_worker.checked_mul(self.workers)
+    }
+}
+
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -84,9 +92,10 @@ pub struct Job {
 }
 
 impl Job {
-    /// Returns the GPUs the whole gang needs.
+    /// Returns the GPUs the whole gang needs, saturating at `u32::MAX`: a job recorded by
+    /// [`crate::Engine::submit_refused`] may carry sizes whose product overflows.
     pub fn total_gpus(&self) -> u32 {
-        self.spec.gpus_per_worker * self.spec.workers
+        self.spec.gpus_per_worker.saturating_mul(self.spec.workers)
     }
 
     /// Returns whether the job's deadline decides its use of spot (it has a deadline and a declared duration),

@@ -333,9 +333,9 @@ impl Engine {
                 planned[p] += n;
                 *plan.entry(p).or_default().entry(it).or_default() += n;
                 let d = demand.entry(p).or_default();
-                *d = (d.0 + g * w, d.1.max(waited), d.2 | (1 << job.tier));
+                *d = (d.0.saturating_add(g.saturating_mul(w)), d.1.max(waited), d.2 | (1 << job.tier));
                 let itx = &self.cfg.instance_types[it];
-                let added = (n * itx.gpus) as f64;
+                let added = f64::from(n) * f64::from(itx.gpus);
                 if self.cfg.pools[p].market == Market::Spot {
                     spot_gpus += added;
                 } else if job.interruptible {

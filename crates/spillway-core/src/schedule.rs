@@ -110,7 +110,8 @@ fn find_placement(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) ->
     let want = job.model.as_deref();
     for pool in job_pools(cfg, order, job.access) {
         // (free GPUs before, node) per worker taken; the index is edited as we go so the next worker sees it.
-        let mut taken: Vec<(u32, NodeId)> = Vec::with_capacity(w as usize);
+        // Capacity capped: `w` comes from a user and may be far more than the pool's nodes could hold.
+        let mut taken: Vec<(u32, NodeId)> = Vec::with_capacity((w as usize).min(1024));
         for _ in 0..w {
             let hit = c.free[pool]
                 .range((g, NodeId(0))..)
@@ -247,7 +248,7 @@ impl Engine {
                 }
                 let job = &c.jobs[id.0 as usize];
                 let team = &c.teams[job.team];
-                if team.quota_gpus.is_some_and(|q| team.used_gpus + job.total_gpus() > q) {
+                if team.quota_gpus.is_some_and(|q| team.used_gpus.saturating_add(job.total_gpus()) > q) {
                     reasons.push((id, PendingReason::TeamQuota));
                     continue;
                 }

@@ -853,6 +853,39 @@ fn a_lost_node_requeues_its_jobs_and_they_start_again_elsewhere() {
 }
 
 #[test]
+fn a_lost_attempt_requeues_its_job_on_a_node_that_stays() {
+    let mut h = Harness::new(&fixed(1, 8));
+    let job = h.submit(spec("p1", 4, 1));
+    let on = started(&h.drain(), job).expect("starts")[0].0;
+    h.at(60.0);
+    h.event(Event::AttemptLost { job, attempt: 1 });
+    let a = h.drain();
+    assert_eq!(stops(&a), vec![(job, 1, StopReason::NodeLost)]);
+    // The node is fine: it stays ready and takes the next attempt.
+    assert_eq!(h.node(on).state, NodeState::Ready);
+    assert_eq!(started(&a, job).expect("restarts at once"), vec![(on, 4)]);
+    assert_eq!((h.job(job).attempt, h.job(job).state), (2, JobState::Running));
+    assert_eq!(h.e.cluster().counters.requeues, 1);
+    // A report about the attempt already replaced, or about a job that ended, changes nothing.
+    h.event(Event::AttemptLost { job, attempt: 1 });
+    assert!(non_records(&h.drain()).is_empty());
+    assert_eq!(h.job(job).attempt, 2);
+    h.event(Event::JobExited { job, attempt: 2, success: true });
+    h.event(Event::AttemptLost { job, attempt: 2 });
+    assert!(non_records(&h.drain()).is_empty());
+    assert_eq!(h.job(job).state, JobState::Succeeded);
+    assert!(h.e.handle_event(h.now, Event::AttemptLost { job: JobId(9), attempt: 1 }).is_err());
+}
+
+#[test]
+fn attempt_lost_is_logged_like_the_other_events() {
+    let ev = Event::AttemptLost { job: JobId(3), attempt: 2 };
+    let text = serde_json::to_string(&ev).unwrap_or_default();
+    assert_eq!(text, r#"{"attempt_lost":{"job":3,"attempt":2}}"#);
+    assert_eq!(serde_json::from_str::<Event>(&text).ok(), Some(ev));
+}
+
+#[test]
 fn cancelling_a_running_job_stops_it_and_frees_its_gpus() {
     let mut h = Harness::new(&fixed(1, 8));
     let a = h.submit(spec("p1", 8, 1));

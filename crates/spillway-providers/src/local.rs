@@ -1,13 +1,15 @@
 //! The local provider: each node is a `spillway agent` process on this machine, started in its own session so
-//! it survives the daemon (even `kill -9`), and recorded on disk so a restarted daemon finds it again.
+//! it survives the daemon (even `kill -9`), and recorded on disk so a restarted daemon finds it again. Everything
+//! it writes is private to the daemon's user: directories 0700, files 0600, created with those modes.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
@@ -32,10 +34,13 @@ pub struct LocalOptions {
     pub capacity: BTreeMap<String, u32>,
     /// On terminate: SIGTERM, wait this long, then SIGKILL.
     pub terminate_grace: Duration,
+    /// Run jobs as this Unix user: passed to agents as `--run-as`. Needs the daemon (and so its agents) to run
+    /// as root; [`LocalProvider::new`] refuses it otherwise.
+    pub run_as: Option<String>,
 }
 
 impl LocalOptions {
-    /// Options with unlimited capacity and the default 5 s terminate grace.
+    /// Options with unlimited capacity, the default 5 s terminate grace, and jobs run as the daemon's user.
     pub fn new(data_dir: impl Into<PathBuf>, command: Vec<String>, server_url: impl Into<String>) -> Self {
         LocalOptions {
             data_dir: data_dir.into(),
@@ -43,6 +48,7 @@ impl LocalOptions {
             server_url: server_url.into(),
             capacity: BTreeMap::new(),
             terminate_grace: Duration::from_secs(5),
+            run_as: None,
         }
     }
 }
@@ -73,20 +79,53 @@ fn instance_id(cluster: &str, node: u32) -> String {
     format!("local-{cluster}-{node}")
 }
 
+/// Creates `dir` and its missing parents with mode 0700 (fine if it exists).
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Opens (creating with mode 0600) `path` for appending.
+fn open_private_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).mode(0o600).open(path)
+}
+
+/// Refuses `run_as` unless the daemon's effective uid `euid` is root: its agents could not switch users, and
+/// each would fail at start instead of this one clear error.
+fn check_run_as(run_as: Option<&str>, euid: u32) -> io::Result<()> {
+    match run_as {
+        Some(user) if euid != 0 => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("local provider: run_as {user:?} needs the daemon to run as root (it runs as uid {euid})"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Writes the node token and a newline to the agent's stdin and closes it: the token never appears in the
+/// agent's command line or environment, which its jobs could read (`/proc/<pid>/cmdline`, `environ`).
+fn send_token(stdin: Option<ChildStdin>, token: &str) -> io::Result<()> {
+    let mut stdin = stdin.ok_or_else(|| io::Error::other("the agent has no stdin pipe"))?;
+    // One short write into an empty pipe: it cannot block on an agent that has not read yet.
+    stdin.write_all(format!("{token}\n").as_bytes())
+}
+
 impl LocalProvider {
-    /// Creates the provider, its directories and its lock file. Fails if `command` is empty or the data dir
-    /// cannot be set up.
+    /// Creates the provider, its directories (0700) and its lock file (0600). Fails if `command` is empty, if
+    /// `run_as` is set but the daemon is not root, or if the data dir cannot be set up.
     pub fn new(mut opts: LocalOptions) -> io::Result<Self> {
         if opts.command.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "local provider: command is empty"));
         }
+        // SAFETY: geteuid has no preconditions.
+        check_run_as(opts.run_as.as_deref(), unsafe { libc::geteuid() })?;
         // Absolute, because agents get paths inside it and the daemon may change directory.
         opts.data_dir = std::path::absolute(&opts.data_dir)?;
         let instances = opts.data_dir.join("instances");
-        fs::create_dir_all(&instances)?;
-        fs::create_dir_all(opts.data_dir.join("agents"))?;
+        create_private_dir(&instances)?;
+        create_private_dir(&opts.data_dir.join("agents"))?;
         let lock_path = opts.data_dir.join("instances.lock");
-        let lock = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&lock_path)?;
+        let lock =
+            OpenOptions::new().create(true).truncate(false).read(true).write(true).mode(0o600).open(&lock_path)?;
         Ok(LocalProvider { opts, store: Store::new(instances), lock: Mutex::new(lock) })
     }
 
@@ -124,9 +163,13 @@ impl LocalProvider {
         Ok(live)
     }
 
-    /// The agent command line for `spec` (the token in `SPILLWAY_AGENT_TOKEN`).
+    /// The agent's data directory for `node`.
+    fn agent_dir(&self, node: u32) -> PathBuf {
+        self.opts.data_dir.join("agents").join(format!("node-{node}"))
+    }
+
+    /// The agent command line for `spec`. No token: the agent reads it from stdin (`--token-stdin`).
     fn agent_command(&self, spec: &LaunchSpec) -> Command {
-        let agents = self.opts.data_dir.join("agents");
         let mut cmd = Command::new(&self.opts.command[0]);
         cmd.args(&self.opts.command[1..])
             .arg("--server")
@@ -136,28 +179,35 @@ impl LocalProvider {
             .arg("--gpus")
             .arg(spec.gpus.to_string())
             .arg("--data-dir")
-            .arg(agents.join(format!("node-{}", spec.node)))
+            .arg(self.agent_dir(spec.node))
             .arg("--boot-delay-s")
             .arg(spec.boot_delay_s.to_string())
-            // The token goes in the environment, not the command line, which every local user can read in `ps`.
-            .env("SPILLWAY_AGENT_TOKEN", &spec.token);
+            // Not on the command line (world-readable in `ps`) nor in the environment (readable by the jobs).
+            .arg("--token-stdin");
+        if let Some(user) = &self.opts.run_as {
+            cmd.arg("--run-as").arg(user);
+        }
         cmd
     }
 
-    /// Spawns the agent for `spec` in a new session with its output appended to its log, starts a thread that
-    /// reaps it, and returns its (pid, start time).
+    /// Creates the agent's data directory (0700) and opens its log (0600) twice, for stdout and stderr.
+    fn agent_files(&self, node: u32) -> Result<(File, File), ProviderError> {
+        let dir = self.agent_dir(node);
+        create_private_dir(&dir)
+            .map_err(|e| ProviderError::Transient(format!("create agent directory {}: {e}", dir.display())))?;
+        let log_path = self.opts.data_dir.join("agents").join(format!("node-{node}.log"));
+        let open_err = |e: io::Error| ProviderError::Transient(format!("open agent log {}: {e}", log_path.display()));
+        let log = open_private_append(&log_path).map_err(open_err)?;
+        let log2 = log.try_clone().map_err(open_err)?;
+        Ok((log, log2))
+    }
+
+    /// Spawns the agent for `spec` in a new session with its output appended to its log, hands it the token on
+    /// stdin, starts a thread that reaps it, and returns its (pid, start time).
     fn spawn_agent(&self, spec: &LaunchSpec) -> Result<(i32, u64), ProviderError> {
-        let log_path = self.opts.data_dir.join("agents").join(format!("node-{}.log", spec.node));
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| ProviderError::Transient(format!("open agent log {}: {e}", log_path.display())))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| ProviderError::Transient(format!("open agent log {}: {e}", log_path.display())))?;
+        let (log, log2) = self.agent_files(spec.node)?;
         let mut cmd = self.agent_command(spec);
-        cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
+        cmd.stdin(Stdio::piped()).stdout(log).stderr(log2);
         // SAFETY: the closure runs between fork and exec and only calls async-signal-safe functions.
         unsafe {
             cmd.pre_exec(|| {
@@ -180,6 +230,7 @@ impl LocalProvider {
         let pid = child.id() as i32;
         // Read before the reaper thread exists: until it waits, the pid cannot be reaped and reused.
         let start_time = procfs::stat(pid).map(|s| s.start_time);
+        let stdin = child.stdin.take();
         let reaper = thread::Builder::new().name(format!("reap-agent-{pid}")).spawn(move || {
             // The daemon may run for days; an unreaped agent would stay a zombie.
             let _ = child.wait();
@@ -191,6 +242,9 @@ impl LocalProvider {
         };
         if let Err(e) = reaper {
             return Err(fail(format!("start reaper thread for agent pid {pid}: {e}")));
+        }
+        if let Err(e) = send_token(stdin, &spec.token) {
+            return Err(fail(format!("hand the node token to agent pid {pid} for node {}: {e}", spec.node)));
         }
         match start_time {
             Some(start_time) => Ok((pid, start_time)),
@@ -287,5 +341,18 @@ impl Provider for LocalProvider {
 
     fn name(&self) -> &'static str {
         "local"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_as_needs_root() {
+        assert!(check_run_as(None, 1000).is_ok());
+        assert!(check_run_as(Some("nobody"), 0).is_ok());
+        let err = check_run_as(Some("nobody"), 1000).unwrap_err().to_string();
+        assert!(err.contains("nobody") && err.contains("root") && err.contains("1000"), "{err}");
     }
 }

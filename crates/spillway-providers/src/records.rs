@@ -1,8 +1,9 @@
 //! The local provider's instance records: one JSON file per instance in `<data_dir>/instances`, so instances
 //! (and the agents behind them) outlive the daemon and a restarted daemon finds them again.
 
-use std::fs::{self, File};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::{Instance, ProviderError};
@@ -64,14 +65,24 @@ impl Store {
     }
 
     /// Writes `record` atomically (temp file, fsync, rename), so a crash leaves the old record or the new one,
-    /// never half of one.
+    /// never half of one. The file is created with mode 0600: records are the daemon's alone.
     pub fn write(&self, record: &Record) -> Result<(), ProviderError> {
         let path = self.path(&record.instance.id);
         // A leading dot keeps temp files out of `all()`.
         let tmp = self.dir.join(format!(".{}.tmp", file_name(&record.instance.id)));
         let json = serde_json::to_vec_pretty(record)
             .map_err(|e| ProviderError::Transient(format!("encode instance record {}: {e}", path.display())))?;
-        let mut file = File::create(&tmp).map_err(|e| io_error("create", &tmp, e))?;
+        // A temp file left by a crash may predate private modes: start afresh so the mode below applies.
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_error("delete stale", &tmp, e)),
+            _ => {}
+        }
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| io_error("create", &tmp, e))?;
         file.write_all(&json).map_err(|e| io_error("write", &tmp, e))?;
         file.sync_all().map_err(|e| io_error("sync", &tmp, e))?;
         fs::rename(&tmp, &path).map_err(|e| io_error("rename into place", &path, e))

@@ -178,7 +178,7 @@ fn local_provider_enforces_capacity_per_type() {
 #[test]
 fn agent_gets_its_arguments_and_a_log() {
     let tmp = TempDir::new("args");
-    let script = format!("echo \"args: $* token: $SPILLWAY_AGENT_TOKEN\"; {AGENT}");
+    let script = format!("read -r token; echo \"args: $* token: $token\"; {AGENT}");
     let p = provider(&tmp.0, &script, &[], 2000);
     let instance = p.launch(&spec("args", 7, "gpu-small")).unwrap();
     assert_eq!(instance.id, "local-args-7");
@@ -189,7 +189,7 @@ fn agent_gets_its_arguments_and_a_log() {
     assert_eq!((pgid, sid), (pid, pid), "the agent must lead its own session and group");
     let log = tmp.0.join("agents/node-7.log");
     let expected = format!(
-        "args: --server http://127.0.0.1:1 --node 7 --gpus 2 --data-dir {} --boot-delay-s 1.5 token: tok-7",
+        "args: --server http://127.0.0.1:1 --node 7 --gpus 2 --data-dir {} --boot-delay-s 1.5 --token-stdin token: tok-7",
         tmp.0.join("agents/node-7").display()
     );
     let mut text = String::new();
@@ -201,6 +201,114 @@ fn agent_gets_its_arguments_and_a_log() {
         thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(text.trim(), expected);
+    p.terminate(&instance.id).unwrap();
+    assert_no_leftovers(&[pid]);
+}
+
+/// Waits up to 2 s for `path` to contain `needle`; returns its text.
+fn wait_for_text(path: &Path, needle: &str) -> String {
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    text
+}
+
+#[test]
+fn token_reaches_the_agent_on_stdin_only() {
+    let tmp = TempDir::new("token");
+    // The agent reads its token, then stays up so its /proc entries can be inspected.
+    let script = format!("read -r token; echo \"got $token\"; {AGENT}");
+    let p = provider(&tmp.0, &script, &[], 2000);
+    let mut s = spec("token", 3, "gpu-small");
+    s.token = "secret-node-token-3f9a".into();
+    let instance = p.launch(&s).unwrap();
+    let pid = record_pid(&tmp.0, &instance.id);
+    let guard = KillOnDrop::default();
+    guard.add(pid);
+    let log = wait_for_text(&tmp.0.join("agents/node-3.log"), "got ");
+    assert_eq!(log.trim(), "got secret-node-token-3f9a", "the token arrives on stdin");
+    let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let has = |hay: &[u8]| hay.windows(s.token.len()).any(|w| w == s.token.as_bytes());
+    assert!(!has(&environ), "the token is in the agent's environment");
+    assert!(!has(&cmdline), "the token is on the agent's command line");
+    assert!(String::from_utf8_lossy(&cmdline).contains("--token-stdin"));
+    p.terminate(&instance.id).unwrap();
+    assert_no_leftovers(&[pid]);
+}
+
+/// Whether this test process is root.
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn run_as_is_passed_to_the_agent_and_needs_root() {
+    let tmp = TempDir::new("runas");
+    let command = ["/bin/sh", "-c", &format!("echo \"args: $*\"; {AGENT}"), "agent"].map(String::from).to_vec();
+    let mut opts = LocalOptions::new(&tmp.0, command, "http://127.0.0.1:1");
+    opts.run_as = Some("nobody".into());
+    if !root() {
+        let err = LocalProvider::new(opts).err().expect("run_as refused without root").to_string();
+        assert!(err.contains("root"), "{err}");
+        println!("run_as_is_passed_to_the_agent_and_needs_root: not root, checked the refusal only");
+        return;
+    }
+    let p = LocalProvider::new(opts).unwrap();
+    let instance = p.launch(&spec("runas", 2, "gpu-small")).unwrap();
+    let pid = record_pid(&tmp.0, &instance.id);
+    let guard = KillOnDrop::default();
+    guard.add(pid);
+    let log = wait_for_text(&tmp.0.join("agents/node-2.log"), "args:");
+    assert!(log.trim().ends_with("--token-stdin --run-as nobody"), "{log}");
+    p.terminate(&instance.id).unwrap();
+    assert_no_leftovers(&[pid]);
+}
+
+/// Every path under `dir` (not `dir` itself), depth first.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if fs::symlink_metadata(&path).unwrap().is_dir() {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
+}
+
+#[test]
+fn everything_under_the_data_dir_is_private() {
+    use std::os::unix::fs::MetadataExt;
+    // The usual umask: without explicit modes, directories would be 0755 and files 0644.
+    // SAFETY: umask has no memory-safety preconditions.
+    unsafe { libc::umask(0o022) };
+    let tmp = TempDir::new("modes");
+    let data = tmp.0.join("data");
+    let p = provider(&data, &format!("echo started; {AGENT}"), &[], 2000);
+    let instance = p.launch(&spec("modes", 1, "gpu-small")).unwrap();
+    let pid = record_pid(&data, &instance.id);
+    let guard = KillOnDrop::default();
+    guard.add(pid);
+    wait_for_text(&data.join("agents/node-1.log"), "started");
+    let mut paths = walk(&data);
+    paths.push(data.clone());
+    for want in ["instances", "instances/local-modes-1.json", "agents", "agents/node-1", "agents/node-1.log"] {
+        assert!(paths.contains(&data.join(want)), "missing {want} in {paths:?}");
+    }
+    assert!(paths.contains(&data.join("instances.lock")));
+    for path in &paths {
+        let meta = fs::symlink_metadata(path).unwrap();
+        let want = if meta.is_dir() { 0o700 } else { 0o600 };
+        assert_eq!(meta.mode() & 0o7777, want, "{} is {:o}", path.display(), meta.mode() & 0o7777);
+    }
     p.terminate(&instance.id).unwrap();
     assert_no_leftovers(&[pid]);
 }

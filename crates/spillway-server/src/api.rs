@@ -1,21 +1,34 @@
 //! The HTTP API (JSON under `/v1`, see `spillway-api`): bearer-token checks, request validation with errors that
-//! name the field, and the handlers. Handlers hold the state lock only for the engine call and the log write.
+//! name the field, and the handlers.
+//!
+//! Every handler checks the caller's token first and only then looks at what the caller sent: path ids, query and
+//! body arrive as raw strings and bytes and are parsed after the check, so a caller without a valid token learns
+//! nothing but 401 (not even which ids parse). Every error is an [`ErrorBody`]: the handlers build them, and
+//! [`json_errors`] turns anything else (axum's 405, a rejection, a serialization failure) into one.
+//!
+//! Handlers hold the state lock only for the engine call and the log write, or to build one bounded page of
+//! views; responses are serialized after the lock is released.
 
-use crate::daemon::{Principal, Shared, interrupt, now_ms};
+use crate::daemon::{Principal, Shared, now_ms};
 use crate::store::{Entry, JobCommand};
 use crate::views;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use spillway_api::{ErrorBody, Heartbeat, JobSubmit, PoolScale, Protect};
-use spillway_core::{Event, JobId, JobSpec, NodeId, SubmitError};
+use spillway_api::limits::{DEFAULT_PAGE_LIMIT, MAX_BODY_BYTES, MAX_PAGE_LIMIT};
+use spillway_api::{ErrorBody, Heartbeat, JobSubmit, NEXT_CURSOR_HEADER, PoolScale, Protect};
+use spillway_core::{Event, JobId, JobSpec, NodeId, SubmitError, Time};
 use std::sync::Arc;
 
 type S = State<Arc<Shared>>;
+
+/// A path parameter as the router found it, parsed only after the token check.
+type RawPath = Result<Path<String>, PathRejection>;
 
 /// An error response: status and [`ErrorBody`].
 pub struct ApiError(StatusCode, ErrorBody);
@@ -27,6 +40,11 @@ impl ApiError {
     fn field(status: StatusCode, field: &str, error: impl Into<String>) -> Self {
         ApiError(status, ErrorBody { error: error.into(), field: Some(field.into()) })
     }
+}
+
+/// Returns a 422 naming `field`.
+fn bad(field: &str, error: impl Into<String>) -> ApiError {
+    ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, error)
 }
 
 impl IntoResponse for ApiError {
@@ -64,7 +82,32 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/readyz", get(|| async { "ready\n" }))
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        // The serve loop (`http.rs`) enforces the same limit before the router; this one covers the router alone.
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(shared)
+}
+
+/// Returns `r` unchanged unless it is a 4xx/5xx that is not JSON (axum's 405, an extractor rejection, a failed
+/// serialization); that becomes an [`ErrorBody`] carrying its text, with the same status and other headers.
+async fn json_errors(r: Response) -> Response {
+    let status = r.status();
+    let json = r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || json {
+        return r;
+    }
+    let (mut parts, body) = r.into_parts();
+    // Error texts are short; a long one is not worth reading in full.
+    let text = axum::body::to_bytes(body, 4096).await.ok().map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let error = match (text.is_empty(), parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok())) {
+        (false, _) => text,
+        (true, Some(allow)) if status == StatusCode::METHOD_NOT_ALLOWED => format!("method not allowed; this route allows {allow}"),
+        (true, _) => status.canonical_reason().unwrap_or("error").to_lowercase(),
+    };
+    let body = serde_json::to_vec(&ErrorBody { error, field: None }).unwrap_or_default();
+    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 /// Returns the bearer token of a request.
@@ -86,25 +129,101 @@ fn admin(s: &Shared, headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
-/// Parses a JSON body; errors name the field at fault (`tier`, `env.X`, `gpus`).
+/// Returns `v` for an error message: quoted and escaped, cut after 64 characters (a query value can be long).
+fn shown(v: &str) -> String {
+    let cut: String = v.chars().take(64).collect();
+    if cut.len() < v.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
+}
+
+/// Returns the field a serde message names (`unknown field `x``, `missing field `x``, `duplicate field `x``).
+fn named_field(msg: &str) -> Option<String> {
+    msg.split('`').nth(1).filter(|_| msg.contains("field `")).map(str::to_string)
+}
+
+/// Parses a JSON body: exactly one JSON value, then only whitespace. Errors name the field at fault (`tier`,
+/// `env.X`, `gpus`): 400 for malformed JSON or trailing input, 422 for a well-formed value of the wrong shape.
 fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
     let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let msg = inner.to_string();
         // serde names unknown and missing fields only in the message.
-        let named = msg.split('`').nth(1).filter(|_| msg.contains("field `")).map(str::to_string);
-        let field = if path == "." { named } else { Some(path) };
+        let field = if path == "." { named_field(&msg) } else { Some(path) };
         let status = if inner.is_syntax() || inner.is_eof() { StatusCode::BAD_REQUEST } else { StatusCode::UNPROCESSABLE_ENTITY };
         ApiError(status, ErrorBody { error: format!("invalid request body: {msg}"), field })
+    })?;
+    // A second value or garbage after the first is a malformed request, not something to ignore.
+    de.end().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid request body: trailing input after the JSON value ({e})")))?;
+    Ok(value)
+}
+
+/// Parses a query string into `T` (whose fields are all optional strings, unknown ones refused): 422 naming the
+/// parameter at fault.
+fn query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> ApiResult<T> {
+    serde_urlencoded::from_str(raw.unwrap_or("")).map_err(|e| {
+        let msg = e.to_string();
+        ApiError(StatusCode::UNPROCESSABLE_ENTITY, ErrorBody { error: format!("invalid query: {msg}"), field: named_field(&msg) })
     })
 }
 
-/// `POST /v1/jobs`.
+/// Returns the page size a `limit` parameter asks for: the default when absent, 422 unless 1..=1000.
+fn page_limit(v: Option<&str>) -> ApiResult<usize> {
+    let Some(v) = v else { return Ok(DEFAULT_PAGE_LIMIT) };
+    match v.parse::<usize>() {
+        Ok(n) if (1..=MAX_PAGE_LIMIT).contains(&n) => Ok(n),
+        _ => Err(bad("limit", format!("limit must be an integer from 1 to {MAX_PAGE_LIMIT}, got {}", shown(v)))),
+    }
+}
+
+/// Returns the position a `cursor` parameter stands for (`None` when absent), 422 when it is none of ours.
+fn cursor<T: std::str::FromStr>(v: Option<&str>) -> ApiResult<Option<T>> {
+    v.map(|c| c.parse::<T>().map_err(|_| bad("cursor", format!("{} is not a cursor of this list (use X-Next-Cursor)", shown(c))))).transpose()
+}
+
+/// Returns a numeric query parameter (`None` when absent), 422 naming it when it does not parse.
+fn number<T: std::str::FromStr>(name: &str, v: Option<&str>) -> ApiResult<Option<T>> {
+    v.map(|x| x.parse::<T>().map_err(|_| bad(name, format!("{name} must be a number, got {}", shown(x))))).transpose()
+}
+
+/// Returns the id in a path once the caller is known: 400 naming `id` when it is not one.
+fn path_id(p: RawPath) -> ApiResult<u32> {
+    let bad_id = |what: &str| ApiError::field(StatusCode::BAD_REQUEST, "id", format!("{what} is not an id"));
+    match p {
+        Ok(Path(s)) => s.parse().map_err(|_| bad_id(&shown(&s))),
+        Err(_) => Err(bad_id("the path segment")),
+    }
+}
+
+/// Returns the name in a path once the caller is known: 400 naming `name` when it does not decode.
+fn path_name(p: RawPath) -> ApiResult<String> {
+    p.map(|Path(s)| s).map_err(|e| ApiError::field(StatusCode::BAD_REQUEST, "name", format!("bad name in the path: {e}")))
+}
+
+/// Returns the JSON array `page.items`, serialized now (the caller has released the state lock), with the next
+/// page as `Link: <path?query>; rel="next"` and `X-Next-Cursor`. `params` are the query parameters to repeat.
+fn page_response<T: serde::Serialize>(path: &str, mut params: Vec<(&str, String)>, page: views::Page<T>) -> Response {
+    let mut r = axum::Json(page.items).into_response();
+    if let Some(next) = page.next {
+        params.push(("cursor", next.clone()));
+        // Pairs of strings always encode.
+        let qs = serde_urlencoded::to_string(&params).unwrap_or_default();
+        if let Ok(v) = HeaderValue::from_str(&format!("<{path}?{qs}>; rel=\"next\"")) {
+            r.headers_mut().insert(header::LINK, v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&next) {
+            r.headers_mut().insert(NEXT_CURSOR_HEADER, v);
+        }
+    }
+    r
+}
+
+/// `POST /v1/jobs`: the token, then the body's shape and limits, then the team and the engine's checks; a refused
+/// job stores nothing.
 async fn submit(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
     let who = user(&s, &headers)?;
     let req: JobSubmit = parse(&body)?;
+    req.check().map_err(|e| ApiError(StatusCode::UNPROCESSABLE_ENTITY, e))?;
     let team = match (&who, req.team.clone()) {
         (Principal::Team(t), Some(asked)) if *t != asked => {
             return Err(ApiError::field(StatusCode::FORBIDDEN, "team", format!("a `{t}` token cannot submit for team `{asked}`")));
@@ -112,33 +231,11 @@ async fn submit(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Respo
         (Principal::Team(t), _) => t.clone(),
         (Principal::Admin, team) => team.unwrap_or_else(|| "default".into()),
     };
-    let bad = |f: &str, m: String| ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, f, m);
-    if req.argv.is_empty() || req.argv[0].trim().is_empty() {
-        return Err(bad("argv", "argv is empty: give the program and its arguments".into()));
-    }
     if !s.has_team(&team) {
         return Err(bad("team", format!("unknown team `{team}`")));
     }
-    let secs = |f: &str, v: Option<f64>| -> ApiResult<Option<i64>> {
-        match v {
-            Some(x) if !(x.is_finite() && x > 0.0) => Err(bad(f, format!("{f} must be a positive number of seconds, got {x}"))),
-            Some(x) => Ok(Some((x * 1000.0) as i64)),
-            None => Ok(None),
-        }
-    };
     let now = now_ms();
-    let spec = JobSpec {
-        name: req.name.clone().unwrap_or_else(|| "job".into()),
-        tier: req.tier.clone(),
-        team,
-        gpus_per_worker: req.gpus,
-        workers: req.workers.unwrap_or(1),
-        gpu_model: req.gpu_model.clone(),
-        interruptible: req.interruptible,
-        checkpoint_interval_ms: secs("checkpoint_interval_s", req.checkpoint_interval_s)?,
-        deadline: secs("deadline_s", req.deadline_s)?.map(|d| now + d),
-        expected_duration_ms: secs("expected_duration_s", req.expected_duration_s)?,
-    };
+    let spec = spec_of(&req, team, now)?;
     let command = JobCommand { argv: req.argv, env: req.env, workdir: req.workdir };
     let mut st = s.state();
     // Check everything the engine would refuse before anything is logged: a refused job stores nothing.
@@ -148,6 +245,32 @@ async fn submit(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Respo
     drop(st);
     s.flush();
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
+}
+
+/// Returns milliseconds for seconds already checked to be positive and at most ten years (so the product fits),
+/// rounded up so that no positive duration becomes 0 ms.
+fn ms(secs: f64) -> i64 {
+    (secs * 1000.0).ceil() as i64
+}
+
+/// Returns the engine's spec of a checked submission at `now`; 422 for a deadline past what a time can hold.
+fn spec_of(req: &JobSubmit, team: String, now: Time) -> ApiResult<JobSpec> {
+    let deadline = match req.deadline_s {
+        Some(d) => Some(now.checked_add(ms(d)).ok_or_else(|| bad("deadline_s", "deadline_s puts the deadline beyond the clock's range"))?),
+        None => None,
+    };
+    Ok(JobSpec {
+        name: req.name.clone().unwrap_or_else(|| "job".into()),
+        tier: req.tier.clone(),
+        team,
+        gpus_per_worker: req.gpus,
+        workers: req.workers.unwrap_or(1),
+        gpu_model: req.gpu_model.clone(),
+        interruptible: req.interruptible,
+        checkpoint_interval_ms: req.checkpoint_interval_s.map(ms),
+        deadline,
+        expected_duration_ms: req.expected_duration_s.map(ms),
+    })
 }
 
 /// Maps the engine's refusal to a 422 naming the field (its message starts with the field name).
@@ -160,48 +283,57 @@ fn submit_error(e: &SubmitError) -> ApiError {
         f if f.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !f.is_empty() => f,
         _ => "",
     };
-    if field.is_empty() {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, msg)
-    } else {
-        let field = field.to_string();
-        ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, &field, msg)
-    }
+    if field.is_empty() { ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, msg) } else { bad(field, msg) }
 }
 
+/// The query of `GET /v1/jobs`, as sent.
 #[derive(Deserialize)]
-struct JobFilter {
+#[serde(deny_unknown_fields)]
+struct JobQuery {
     state: Option<String>,
     team: Option<String>,
     tier: Option<String>,
-    limit: Option<usize>,
+    limit: Option<String>,
+    cursor: Option<String>,
 }
 
-/// `GET /v1/jobs`: newest first; a team token sees its team's jobs only.
-async fn list_jobs(State(s): S, headers: HeaderMap, Query(f): Query<JobFilter>) -> ApiResult<Response> {
+/// `GET /v1/jobs`: one page, newest first; a team token sees its team's jobs only. Filter values that name no
+/// state, team or tier are refused (422), not answered with an empty list.
+async fn list_jobs(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> ApiResult<Response> {
     let who = user(&s, &headers)?;
-    let st = s.state();
-    let mut out = Vec::new();
-    let c = st.engine.cluster();
-    let tiers = &st.engine.config().tiers;
-    let team_of = |j: &spillway_core::Job| c.teams.get(j.team).map_or("", |t| t.name.as_str());
-    // Filters on the engine's job before a view (with its argv) is built for it.
-    for j in c.jobs.iter().rev() {
-        let mine = match &who {
-            Principal::Admin => true,
-            Principal::Team(t) => team_of(j) == t.as_str(),
-        };
-        let keep = mine
-            && f.state.as_ref().is_none_or(|x| x == views::job_state(j.state))
-            && f.team.as_ref().is_none_or(|x| x == team_of(j))
-            && f.tier.as_ref().is_none_or(|x| *x == tiers[j.tier].name);
-        if keep {
-            out.push(views::job(&st, j));
-            if out.len() >= f.limit.unwrap_or(1000) {
-                break;
-            }
-        }
+    let q: JobQuery = query(raw.as_deref())?;
+    let limit = page_limit(q.limit.as_deref())?;
+    let from = cursor::<u32>(q.cursor.as_deref())?;
+    let state = match q.state.as_deref() {
+        Some(x) => Some(views::parse_job_state(x).ok_or_else(|| bad("state", format!("no job state {}; one of queued, running, succeeded, failed, cancelled", shown(x))))?),
+        None => None,
+    };
+    if let Some(t) = q.team.as_deref().filter(|t| !s.has_team(t)) {
+        return Err(bad("team", format!("no team {}", shown(t))));
     }
-    Ok(axum::Json(out).into_response())
+    let st = s.state();
+    let tier = match q.tier.as_deref() {
+        Some(x) => Some(st.engine.config().tier_index(x).ok_or_else(|| bad("tier", format!("no tier {}", shown(x))))?),
+        None => None,
+    };
+    let c = st.engine.cluster();
+    // Teams get an index with their first job; a team without one matches nothing (`Some(None)`).
+    let index = |t: &str| c.team_index.get(t).copied();
+    let visible = match &who {
+        Principal::Admin => None,
+        Principal::Team(t) => Some(index(t)),
+    };
+    let team = q.team.as_deref().map(index);
+    let page = views::jobs_page(&st, from, limit, |j| {
+        visible.is_none_or(|v| v == Some(j.team))
+            && team.is_none_or(|v| v == Some(j.team))
+            && state.is_none_or(|x| x == j.state)
+            && tier.is_none_or(|x| x == j.tier)
+    });
+    drop(st);
+    let params = [("state", q.state), ("team", q.team), ("tier", q.tier)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v)));
+    let params = params.chain([("limit", limit.to_string())]).collect();
+    Ok(page_response("/v1/jobs", params, page))
 }
 
 /// Returns the job `id` if the caller may see it: 404 if it does not exist, 403 if another team's.
@@ -209,20 +341,23 @@ fn visible(s: &Shared, who: &Principal, id: u32) -> ApiResult<spillway_api::JobV
     let st = s.state();
     let j = st.engine.job(JobId(id)).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")))?;
     let v = views::job(&st, j);
+    drop(st);
     match who {
         Principal::Team(t) if *t != v.team => Err(ApiError::new(StatusCode::FORBIDDEN, format!("job {id} belongs to another team"))),
         _ => Ok(v),
     }
 }
 
-async fn get_job(State(s): S, headers: HeaderMap, Path(id): Path<u32>) -> ApiResult<Response> {
+async fn get_job(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<Response> {
     let who = user(&s, &headers)?;
+    let id = path_id(id)?;
     Ok(axum::Json(visible(&s, &who, id)?).into_response())
 }
 
 /// `POST /v1/jobs/{id}/cancel`: a queued or running job is cancelled (running workers get SIGTERM and a grace).
-async fn cancel_job(State(s): S, headers: HeaderMap, Path(id): Path<u32>) -> ApiResult<Response> {
+async fn cancel_job(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<Response> {
     let who = user(&s, &headers)?;
+    let id = path_id(id)?;
     let v = visible(&s, &who, id)?;
     if !matches!(v.state.as_str(), "queued" | "running") {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("job {id} is already {}", v.state)));
@@ -236,10 +371,11 @@ async fn cancel_job(State(s): S, headers: HeaderMap, Path(id): Path<u32>) -> Api
 }
 
 /// `GET /v1/jobs/{id}/logs`: every worker's output, rank 0 first (all attempts, appended).
-async fn job_logs(State(s): S, headers: HeaderMap, Path(id): Path<u32>) -> ApiResult<Response> {
+async fn job_logs(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<Response> {
     let who = user(&s, &headers)?;
+    let id = path_id(id)?;
     let v = visible(&s, &who, id)?;
-    let dir = s.opts.data_dir.join("logs").join(format!("job-{id}"));
+    let dir = s.job_dir(id).join("logs");
     let mut text = String::new();
     for rank in 0..v.workers {
         if let Ok(t) = std::fs::read_to_string(dir.join(format!("rank-{rank}.log"))) {
@@ -256,25 +392,32 @@ async fn list_nodes(State(s): S, headers: HeaderMap) -> ApiResult<Response> {
     user(&s, &headers)?;
     let st = s.state();
     let v: Vec<_> = st.engine.cluster().nodes.iter().map(|n| views::node(&st, n)).collect();
+    drop(st);
     Ok(axum::Json(v).into_response())
 }
 
 /// `POST /v1/nodes/{id}/interrupt`: a spot interruption notice for the node (admin).
-async fn interrupt_node(State(s): S, headers: HeaderMap, Path(id): Path<u32>) -> ApiResult<Response> {
+async fn interrupt_node(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<Response> {
     admin(&s, &headers)?;
+    let id = path_id(id)?;
     let mut st = s.state();
     if st.engine.cluster().nodes.get(id as usize).is_none() {
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no node {id}")));
     }
-    interrupt(&mut st, now_ms(), id).map_err(|e| ApiError::new(StatusCode::CONFLICT, e))?;
+    st.interrupt(now_ms(), id).map_err(|e| match e {
+        // The engine's refusal: not a live spot node, or already under notice.
+        crate::state::ApplyError::Engine(m) => ApiError::new(StatusCode::CONFLICT, m),
+        other => ApiError::from(other),
+    })?;
     let v = st.engine.cluster().nodes.get(id as usize).map(|n| views::node(&st, n));
     drop(st);
     s.flush();
     Ok(axum::Json(v).into_response())
 }
 
-async fn protect_node(State(s): S, headers: HeaderMap, Path(id): Path<u32>, body: Bytes) -> ApiResult<Response> {
+async fn protect_node(State(s): S, headers: HeaderMap, id: RawPath, body: Bytes) -> ApiResult<Response> {
     admin(&s, &headers)?;
+    let id = path_id(id)?;
     let req: Protect = parse(&body)?;
     let mut st = s.state();
     if st.engine.cluster().nodes.get(id as usize).is_none() {
@@ -289,18 +432,19 @@ async fn protect_node(State(s): S, headers: HeaderMap, Path(id): Path<u32>, body
 
 async fn list_pools(State(s): S, headers: HeaderMap) -> ApiResult<Response> {
     user(&s, &headers)?;
-    let st = s.state();
-    Ok(axum::Json(views::pools(&st)).into_response())
+    let v = views::pools(&s.state());
+    Ok(axum::Json(v).into_response())
 }
 
 /// Returns the index of pool `name`, or 404.
 fn pool_index(st: &crate::state::State, name: &str) -> ApiResult<usize> {
-    st.engine.config().pools.iter().position(|p| p.name == name).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no pool `{name}`")))
+    st.engine.config().pools.iter().position(|p| p.name == name).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no pool {}", shown(name))))
 }
 
 /// `POST /v1/pools/{name}/scale`: new min/max nodes of a cloud pool (admin).
-async fn scale_pool(State(s): S, headers: HeaderMap, Path(name): Path<String>, body: Bytes) -> ApiResult<Response> {
+async fn scale_pool(State(s): S, headers: HeaderMap, name: RawPath, body: Bytes) -> ApiResult<Response> {
     admin(&s, &headers)?;
+    let name = path_name(name)?;
     let req: PoolScale = parse(&body)?;
     let mut st = s.state();
     let pool = pool_index(&st, &name)?;
@@ -310,7 +454,7 @@ async fn scale_pool(State(s): S, headers: HeaderMap, Path(name): Path<String>, b
         return Err(ApiError::new(StatusCode::CONFLICT, format!("pool `{name}` is fixed: its nodes are listed in the config")));
     }
     if min > max {
-        return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "min_nodes", format!("min_nodes {min} > max_nodes {max}")));
+        return Err(bad("min_nodes", format!("min_nodes {min} > max_nodes {max}")));
     }
     st.apply(now_ms(), Entry::Event(Event::SetPoolBounds { pool, min_nodes: req.min_nodes, max_nodes: req.max_nodes }))?;
     let v = views::pools(&st).into_iter().nth(pool);
@@ -319,8 +463,9 @@ async fn scale_pool(State(s): S, headers: HeaderMap, Path(name): Path<String>, b
     Ok(axum::Json(v).into_response())
 }
 
-async fn protect_pool(State(s): S, headers: HeaderMap, Path(name): Path<String>, body: Bytes) -> ApiResult<Response> {
+async fn protect_pool(State(s): S, headers: HeaderMap, name: RawPath, body: Bytes) -> ApiResult<Response> {
     admin(&s, &headers)?;
+    let name = path_name(name)?;
     let req: Protect = parse(&body)?;
     let mut st = s.state();
     let pool = pool_index(&st, &name)?;
@@ -331,56 +476,91 @@ async fn protect_pool(State(s): S, headers: HeaderMap, Path(name): Path<String>,
     Ok(axum::Json(v).into_response())
 }
 
+/// The query of `GET /v1/events`, as sent.
 #[derive(Deserialize)]
-struct EventFilter {
-    job: Option<u32>,
-    node: Option<u32>,
+#[serde(deny_unknown_fields)]
+struct EventQuery {
+    job: Option<String>,
+    node: Option<String>,
     pool: Option<String>,
     kind: Option<String>,
-    limit: Option<usize>,
+    limit: Option<String>,
+    cursor: Option<String>,
 }
 
-/// `GET /v1/events`: the decision log, oldest first, the last `limit` (default 200) that match.
-async fn list_events(State(s): S, headers: HeaderMap, Query(f): Query<EventFilter>) -> ApiResult<Response> {
+/// Returns the event subject `q` asks for (`job:3`, `node:1`, `pool:spot`), checking numbers and that at most one
+/// of `job`, `node` and `pool` is given; 422 naming the parameter.
+fn event_subject(q: &EventQuery) -> ApiResult<Option<String>> {
+    let given: Vec<&str> = [("job", &q.job), ("node", &q.node), ("pool", &q.pool)].into_iter().filter(|(_, v)| v.is_some()).map(|(k, _)| k).collect();
+    if let Some(second) = given.get(1) {
+        return Err(bad(second, "give at most one of job, node and pool"));
+    }
+    if let Some(j) = number::<u32>("job", q.job.as_deref())? {
+        return Ok(Some(format!("job:{j}")));
+    }
+    if let Some(n) = number::<u32>("node", q.node.as_deref())? {
+        return Ok(Some(format!("node:{n}")));
+    }
+    Ok(q.pool.as_ref().map(|p| format!("pool:{p}")))
+}
+
+/// `GET /v1/events`: one page of the decision log, oldest first (admin). Unknown kinds and pools are refused.
+async fn list_events(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> ApiResult<Response> {
     admin(&s, &headers)?;
+    let q: EventQuery = query(raw.as_deref())?;
+    let limit = page_limit(q.limit.as_deref())?;
+    let from = cursor::<u64>(q.cursor.as_deref())?;
+    let subject = event_subject(&q)?;
+    let kind = q.kind.as_deref();
+    if let Some(k) = kind.filter(|k| !views::DECISION_KINDS.iter().any(|d| views::decision_kind(*d) == *k)) {
+        let names: Vec<&str> = views::DECISION_KINDS.iter().map(|d| views::decision_kind(*d)).collect();
+        return Err(bad("kind", format!("no event kind {}; one of {}", shown(k), names.join(", "))));
+    }
     let st = s.state();
-    let subject = f.job.map(|j| format!("job:{j}")).or(f.node.map(|n| format!("node:{n}"))).or(f.pool.map(|p| format!("pool:{p}")));
-    let mut v: Vec<_> = st
-        .decisions
-        .iter()
-        .rev()
-        .filter(|e| subject.as_ref().is_none_or(|x| e.subject == *x))
-        .filter(|e| f.kind.as_ref().is_none_or(|k| e.kind == *k))
-        .take(f.limit.unwrap_or(200))
-        .cloned()
-        .collect();
-    v.reverse();
-    Ok(axum::Json(v).into_response())
+    if let Some(p) = q.pool.as_deref() {
+        pool_index(&st, p).map_err(|e| bad("pool", e.1.error))?;
+    }
+    let page = views::events_page(&st, from, limit, |e| subject.as_ref().is_none_or(|x| e.subject == *x) && kind.is_none_or(|k| e.kind == k));
+    drop(st);
+    let params = [("job", q.job), ("node", q.node), ("pool", q.pool), ("kind", q.kind)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v)));
+    let params = params.chain([("limit", limit.to_string())]).collect();
+    Ok(page_response("/v1/events", params, page))
 }
 
+/// The query of `GET /v1/cost`, as sent.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CostWindow {
-    since: Option<f64>,
-    until: Option<f64>,
+    since: Option<String>,
+    until: Option<String>,
+}
+
+/// Returns an instant parameter (seconds since the epoch); 422 naming it unless a finite number >= 0.
+fn instant(name: &str, v: Option<&str>) -> ApiResult<Option<f64>> {
+    match number::<f64>(name, v)? {
+        Some(x) if !x.is_finite() || x < 0.0 => Err(bad(name, format!("{name}: {x} is not a time"))),
+        x => Ok(x),
+    }
+}
+
+/// Returns seconds since the epoch in ms; `as` saturates, so a far-future instant stays far in the future.
+fn epoch_ms(secs: f64) -> i64 {
+    (secs * 1000.0) as i64
 }
 
 /// `GET /v1/cost[?since=&until=]`: cumulative cost now, or the cost accrued between two instants (seconds since the
 /// epoch). A past instant resolves to the last minute snapshot at or before it (zero before the first).
-async fn cost(State(s): S, headers: HeaderMap, Query(w): Query<CostWindow>) -> ApiResult<Response> {
+async fn cost(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> ApiResult<Response> {
     admin(&s, &headers)?;
+    let w: CostWindow = query(raw.as_deref())?;
     let now = now_ms();
-    let ms = |f: &str, v: Option<f64>| -> ApiResult<Option<i64>> {
-        match v {
-            Some(x) if !x.is_finite() || x < 0.0 => Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, f, format!("{f}: {x} is not a time"))),
-            Some(x) => Ok(Some((x * 1000.0) as i64)),
-            None => Ok(None),
-        }
-    };
-    let (since, until) = (ms("since", w.since)?, ms("until", w.until)?.map(|u| u.min(now)));
-    if let (Some(a), Some(b)) = (since, until) {
-        if a > b {
-            return Err(ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, "since", "since is after until"));
-        }
+    let since_s = instant("since", w.since.as_deref())?;
+    let since = since_s.map(epoch_ms);
+    let until = instant("until", w.until.as_deref())?.map(|u| epoch_ms(u).min(now));
+    if let (Some(a), Some(b)) = (since, until)
+        && a > b
+    {
+        return Err(bad("since", "since is after until"));
     }
     let st = s.state();
     let at = |t: Option<i64>| -> ApiResult<spillway_api::CostView> {
@@ -398,27 +578,25 @@ async fn cost(State(s): S, headers: HeaderMap, Query(w): Query<CostWindow>) -> A
         Some(_) => views::cost_minus(&end, &at(since)?),
         None => end,
     };
-    v.since = w.since;
+    drop(st);
+    v.since = since_s;
     v.until = Some(until.unwrap_or(now) as f64 / 1000.0);
     Ok(axum::Json(v).into_response())
 }
 
 async fn metrics(State(s): S) -> Response {
-    let st = s.state();
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], views::metrics(&st, now_ms())).into_response()
+    let text = views::metrics(&s.state(), now_ms());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
-/// `POST /v1/agent/heartbeat`: node tokens only, and only for their own node; 410 when the node is gone.
+/// `POST /v1/agent/heartbeat`: node tokens only, and only for their own node; 410 when the node is gone. The
+/// token is checked before the body is parsed.
 async fn heartbeat(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
     let Some(tok) = bearer(&headers) else { return Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token")) };
+    let Some(owner) = s.node_of_token(tok) else { return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unknown node token")) };
     let hb: Heartbeat = parse(&body)?;
-    let owner = s.node_of_token(tok);
-    match owner {
-        None => return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unknown node token")),
-        Some(n) if n != hb.node => {
-            return Err(ApiError::field(StatusCode::FORBIDDEN, "node", format!("node {n}'s token cannot report for node {}", hb.node)));
-        }
-        Some(_) => {}
+    if owner != hb.node {
+        return Err(ApiError::field(StatusCode::FORBIDDEN, "node", format!("node {owner}'s token cannot report for node {}", hb.node)));
     }
     match s.heartbeat(&hb)? {
         Some(reply) => Ok(axum::Json(reply).into_response()),

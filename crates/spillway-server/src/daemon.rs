@@ -1,14 +1,15 @@
-//! The daemon: the engine on a real clock. Startup (store, replay, tokens, reconcile with the provider), the ticker
-//! (wake-ups, lost heartbeats, spot reclaims, injected interruptions), agent heartbeats, and the executor that runs
-//! provider calls concurrently, outside the state lock, and feeds their results back as events.
+//! The daemon: the state machine of [`crate::control`] on a real clock. Startup (data dir lock, store, replay,
+//! tokens), the executor that runs provider calls concurrently, outside the state lock, and feeds their results
+//! back, and the stop that follows a store failure.
 
-use crate::state::{Effect, State};
-use crate::store::{Entry, Store};
-use rand::{Rng, SeedableRng};
+use crate::datadir::{DataDir, Marker, TokenFile, ct_eq, new_token, token_hash};
+use crate::state::{ApplyError, Effect, State, StateOptions};
+use crate::store::Store;
 use rand_chacha::ChaCha8Rng;
-use spillway_api::{Heartbeat, HeartbeatReply, StopOrder, WorkerRef};
-use spillway_core::{Config, Engine, Event, JobId, JobState, LaunchError, Market, NodeId, NodeState, Time};
-use spillway_providers::{LaunchSpec, Provider, ProviderError};
+use rand::SeedableRng;
+use spillway_api::{Heartbeat, HeartbeatReply};
+use spillway_core::{Config, Engine, Time};
+use spillway_providers::{Provider, ProviderError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -17,6 +18,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
     pub data_dir: std::path::PathBuf,
+    /// Where jobs' checkpoint and log directories live (`job-N/`); default `<data_dir>/jobs`.
+    pub jobs_dir: Option<std::path::PathBuf>,
     /// A ready node whose agent is silent this long is lost (its jobs are requeued).
     pub heartbeat_timeout: Duration,
     /// A launched node whose agent has not registered this long after its expected boot is a failed launch.
@@ -24,6 +27,22 @@ pub struct DaemonOptions {
     pub tick: Duration,
     /// Seed of the injected spot interruptions.
     pub seed: u64,
+    /// Start over on a store that lost data (the old one is set aside), instead of refusing to start.
+    pub reinit: bool,
+    /// Run jobs as this Unix user (the daemon must run as root). Jobs' directories then live outside the data
+    /// dir (default `<data_dir>-jobs`, traversable but not listable), since the data dir is the daemon's alone.
+    pub run_as: Option<String>,
+}
+
+impl DaemonOptions {
+    /// Returns where jobs' directories live: the given one, `<data_dir>-jobs` with `run_as`, else `<data_dir>/jobs`.
+    pub fn jobs_dir(&self) -> std::path::PathBuf {
+        match (&self.jobs_dir, &self.run_as) {
+            (Some(d), _) => d.clone(),
+            (None, Some(_)) => std::path::PathBuf::from(format!("{}-jobs", self.data_dir.display())),
+            (None, None) => self.data_dir.join("jobs"),
+        }
+    }
 }
 
 /// Everything the HTTP handlers and the background tasks share.
@@ -32,16 +51,17 @@ pub struct Shared {
     pub provider: Arc<dyn Provider>,
     pub opts: DaemonOptions,
     pub cluster_id: String,
-    /// Bearer token -> who it is.
-    pub principals: BTreeMap<String, Principal>,
-    pub admin_token: String,
+    /// SHA-256 of each user token -> who it is.
+    principals: Vec<(String, Principal)>,
+    /// The plain tokens, for the operator (also in `tokens.json`).
+    pub tokens: TokenFile,
+    pub data_dir: DataDir,
     rng: Mutex<ChaCha8Rng>,
-    /// Shell-side clocks: last heartbeat per node, and when a launch came back.
-    seen: Mutex<BTreeMap<u32, Instant>>,
-    launched: Mutex<BTreeMap<u32, Instant>>,
-    /// Provider instance id per node.
-    instances: Mutex<BTreeMap<u32, String>>,
-    last_metric: Mutex<BTreeMap<u32, Instant>>,
+    /// The wall clock at start and a monotonic clock since: `now_ms` never runs backwards.
+    clock: (Time, Instant),
+    /// Set when the daemon must stop (a store write failed for good).
+    pub stop: tokio::sync::Notify,
+    marker_seq: Mutex<i64>,
 }
 
 /// Who a bearer token belongs to.
@@ -53,7 +73,6 @@ pub enum Principal {
 
 /// Returns the wall clock in ms since the epoch (the shell reads the clock; the core never does).
 pub fn now_ms() -> Time {
-    #[allow(clippy::disallowed_methods)]
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     d.as_millis() as Time
 }
@@ -63,69 +82,76 @@ pub fn now_ms() -> Time {
 pub enum StartError {
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    DataDir(#[from] crate::datadir::DataDirError),
     #[error("{0}")]
     Config(String),
     #[error(transparent)]
-    Apply(#[from] crate::state::ApplyError),
+    Apply(#[from] ApplyError),
 }
 
 impl Shared {
-    /// Opens the store in `opts.data_dir`, checks the config against the one it was created with, rebuilds the
-    /// engine by replaying the log, and loads or creates the tokens. `config_text` is the config as given.
-    pub fn open(opts: DaemonOptions, config_name: &str, config_text: &str, provider: Arc<dyn Provider>) -> Result<Shared, StartError> {
-        std::fs::create_dir_all(&opts.data_dir).map_err(|e| StartError::Config(format!("creating {}: {e}", opts.data_dir.display())))?;
-        let store = Store::open(&opts.data_dir.join("spillway.db"))?;
-        let (text, start) = match (store.meta("config")?, store.meta("start_ms")?) {
-            (Some(stored), Some(start)) => {
-                if stored != config_text {
-                    return Err(StartError::Config(format!(
-                        "{}: the data directory {} was created with another config; use that config, or a new --data-dir",
-                        config_name,
-                        opts.data_dir.display()
-                    )));
-                }
-                (stored, start.parse::<Time>().map_err(|e| StartError::Config(format!("stored start_ms: {e}")))?)
+    /// Locks and opens the data dir, checks the store against what the directory remembers and the config against
+    /// the one the store was created with, rebuilds the engine by replaying the log, and loads or creates the user
+    /// tokens (their hashes in the store, the tokens in `tokens.json` and `client.json`, with `url`).
+    pub fn open(opts: DaemonOptions, config_name: &str, config_text: &str, provider: Arc<dyn Provider>, url: &str) -> Result<Shared, StartError> {
+        let data_dir = DataDir::lock(&opts.data_dir)?;
+        let mut store = Store::open(&data_dir.db_path())?;
+        if let Err(e) = data_dir.check_store(store.meta("cluster_id")?.as_deref(), store.last_seq()) {
+            if !opts.reinit {
+                return Err(e.into());
             }
-            _ => {
-                let start = now_ms();
-                store.set_meta("config", config_text)?;
-                store.set_meta("start_ms", &start.to_string())?;
-                (config_text.to_string(), start)
-            }
-        };
+            eprintln!("spillway: --reinit: {e}");
+            drop(store);
+            data_dir.set_aside_store().map_err(|e| StartError::Config(format!("setting the old store aside: {e}")))?;
+            store = Store::open(&data_dir.db_path())?;
+        }
+        let (text, start) = stored_config(&store, &opts, config_name, config_text)?;
         let cfg = Config::parse(config_name, &text).map_err(|e| StartError::Config(e.to_string()))?;
         let cluster_id = match store.meta("cluster_id")? {
             Some(id) => id,
             None => {
-                let id = format!("{}-{}", cfg.cluster.name, &crate::state::new_token()[..8]);
+                let suffix = new_token().map_err(|e| StartError::Config(format!("no randomness: {e}")))?;
+                let id = format!("{}-{}", cfg.cluster.name, &suffix[..8]);
                 store.set_meta("cluster_id", &id)?;
                 id
             }
         };
-        let mut principals = BTreeMap::new();
-        let admin_token = token(&store, "admin_token")?;
-        principals.insert(admin_token.clone(), Principal::Admin);
-        let mut teams: BTreeSet<String> = cfg.teams.iter().map(|t| t.name.clone()).collect();
-        teams.insert("default".into());
-        for t in &teams {
-            principals.insert(token(&store, &format!("team_token:{t}"))?, Principal::Team(t.clone()));
-        }
-        let mut state = State::new(Engine::new(cfg, start), store, opts.data_dir.clone())?;
+        let (principals, tokens) = user_tokens(&store, &data_dir, &cfg, url)?;
+        let jobs_dir = opts.jobs_dir();
+        make_jobs_dir(&jobs_dir, opts.run_as.is_some()).map_err(|e| StartError::Config(format!("creating {}: {e}", jobs_dir.display())))?;
+        let sopts = StateOptions {
+            jobs_dir,
+            cluster_id: cluster_id.clone(),
+            heartbeat_timeout_ms: opts.heartbeat_timeout.as_millis() as Time,
+            boot_grace_ms: opts.boot_grace.as_millis() as Time,
+            reconcile_every_ms: 60_000,
+        };
+        let now = now_ms();
+        let mut state = State::new(Engine::new(cfg, start), store, sopts, now);
         state.replay()?;
-        let seed = opts.seed;
+        let seq = state.store.last_seq();
+        data_dir
+            .write_marker(&Marker { cluster_id: cluster_id.clone(), log_seq: seq })
+            .map_err(|e| StartError::Config(format!("writing {}/store.json: {e}", opts.data_dir.display())))?;
         Ok(Shared {
             state: Mutex::new(state),
             provider,
+            rng: Mutex::new(ChaCha8Rng::seed_from_u64(opts.seed)),
             opts,
             cluster_id,
             principals,
-            admin_token,
-            rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed)),
-            seen: Mutex::default(),
-            launched: Mutex::default(),
-            instances: Mutex::default(),
-            last_metric: Mutex::default(),
+            tokens,
+            data_dir,
+            clock: (now, Instant::now()),
+            stop: tokio::sync::Notify::new(),
+            marker_seq: Mutex::new(seq),
         })
+    }
+
+    /// Returns the daemon's clock: wall time at start plus monotonic time since, in ms since the epoch.
+    pub fn now(&self) -> Time {
+        self.clock.0 + self.clock.1.elapsed().as_millis() as Time
     }
 
     /// Locks the state (a poisoned lock is taken over: the state is consistent between statements that log).
@@ -133,303 +159,167 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Returns who a user bearer token belongs to (admin or a team), or `None` for an unknown token.
+    /// Returns who a user bearer token belongs to (admin or a team), or `None` for an unknown token. Compares
+    /// digests in constant time.
     pub fn principal(&self, token: &str) -> Option<Principal> {
-        self.principals.get(token).cloned()
+        let hash = token_hash(token);
+        let mut found = None;
+        for (h, p) in &self.principals {
+            if ct_eq(h, &hash) {
+                found = Some(p.clone());
+            }
+        }
+        found
     }
 
     /// Returns whether `team` is a team of this daemon.
     pub fn has_team(&self, team: &str) -> bool {
-        self.principals.values().any(|p| matches!(p, Principal::Team(t) if t == team))
+        self.principals.iter().any(|(_, p)| matches!(p, Principal::Team(t) if t == team))
     }
 
     /// Returns the node an agent token belongs to (the node of the launch it was issued for), if any.
     pub fn node_of_token(&self, token: &str) -> Option<u32> {
-        self.state().tokens.iter().find(|(_, t)| t.as_str() == token).map(|(&n, _)| n)
+        self.state().node_of_token(token)
+    }
+
+    /// Returns the directory of job `id` (its `checkpoints/` and `logs/`).
+    pub fn job_dir(&self, id: u32) -> std::path::PathBuf {
+        self.state().opts.jobs_dir.join(format!("job-{id}"))
     }
 
     /// Returns every team's token, for the operator.
     pub fn team_tokens(&self) -> BTreeMap<String, String> {
-        self.principals.iter().filter_map(|(tok, p)| if let Principal::Team(t) = p { Some((t.clone(), tok.clone())) } else { None }).collect()
+        self.tokens.teams.clone()
     }
 
-    /// Reconciles the replayed state with the provider: adopts live instances of alive nodes, fails launches and
-    /// loses nodes the provider no longer has, terminates orphans, and starts the fixed nodes' agents.
+    /// Stops the daemon when the state hit a store failure it cannot go on from.
+    fn check_fatal(&self, st: &State) {
+        if st.fatal.is_some() {
+            self.stop.notify_one();
+        }
+    }
+
+    /// Reconciles the replayed state with the provider at startup (see [`State::reconcile`]).
     pub fn reconcile(self: &Arc<Self>) -> Result<(), ProviderError> {
+        let asked = self.now();
         let listed = self.provider.list(&self.cluster_id)?;
-        let by_node: BTreeMap<u32, String> = listed.iter().map(|i| (i.node, i.id.clone())).collect();
-        let now = now_ms();
         let mut st = self.state();
-        let nodes: Vec<(u32, NodeState, Market)> = st.engine.cluster().nodes.iter().map(|n| (n.id.0, n.state, n.market)).collect();
-        // Fixed nodes exist from the engine's start, without a launch action: give their agents tokens here.
-        for &(id, _, market) in &nodes {
-            if market == Market::Fixed && !st.tokens.contains_key(&id) {
-                let token = crate::state::new_token();
-                st.store.put_token(id, &token).map_err(|e| ProviderError::Transient(e.to_string()))?;
-                st.tokens.insert(id, token);
-            }
-        }
-        for (id, state, market) in nodes {
-            let alive = matches!(state, NodeState::Requested | NodeState::Ready | NodeState::Draining);
-            match (by_node.get(&id), alive) {
-                (Some(inst), true) => {
-                    self.instances_mut().insert(id, inst.clone());
-                    // Adopted: its agent gets a full timeout to heartbeat the restarted daemon.
-                    self.seen_mut().insert(id, Instant::now());
-                    self.launched_mut().insert(id, Instant::now());
-                }
-                (None, true) if market == Market::Fixed => st.effects.push(Effect::Launch { node: id }),
-                (None, true) if state == NodeState::Requested => {
-                    let error = LaunchError::Transient("the daemon restarted before the launch finished".into());
-                    let _ = st.apply(now, Entry::Event(Event::LaunchFailed { node: NodeId(id), error }));
-                }
-                (None, true) => {
-                    let _ = st.apply(now, Entry::Event(Event::NodeLost { node: NodeId(id) }));
-                }
-                (Some(inst), false) => {
-                    self.instances_mut().insert(id, inst.clone());
-                    st.effects.push(Effect::Terminate { node: id });
-                }
-                (None, false) => {}
-            }
-        }
-        // Instances of nodes the engine never had (a launch logged nowhere): orphans.
-        let known = st.engine.cluster().nodes.len() as u32;
-        for inst in listed.iter().filter(|i| i.node >= known) {
-            let (provider, id) = (self.provider.clone(), inst.id.clone());
-            std::thread::spawn(move || provider.terminate(&id));
-        }
+        let done = st.reconcile(self.now(), &listed, asked, true);
+        self.check_fatal(&st);
         drop(st);
+        done.map_err(|e| ProviderError::Transient(e.to_string()))?;
         self.flush();
         Ok(())
     }
 
-    fn seen_mut(&self) -> MutexGuard<'_, BTreeMap<u32, Instant>> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn launched_mut(&self) -> MutexGuard<'_, BTreeMap<u32, Instant>> {
-        self.launched.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn instances_mut(&self) -> MutexGuard<'_, BTreeMap<u32, String>> {
-        self.instances.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs the pending provider calls, each on its own blocking thread; results come back as engine events.
-    pub fn flush(self: &Arc<Self>) {
-        let (effects, specs) = {
-            let mut st = self.state();
-            let effects = std::mem::take(&mut st.effects);
-            let specs: Vec<Option<LaunchSpec>> = effects.iter().map(|e| self.launch_spec(&st, e)).collect();
-            (effects, specs)
-        };
-        for (effect, spec) in effects.into_iter().zip(specs) {
-            let me = self.clone();
-            tokio::task::spawn_blocking(move || match (effect, spec) {
-                (Effect::Launch { node }, Some(spec)) => me.launched(node, me.provider.launch(&spec)),
-                (Effect::Terminate { node }, _) => {
-                    // The instance id is the provider's business: when the launch's answer was lost (a restart),
-                    // ask the provider which instance is this node's.
-                    let known = me.instances_mut().remove(&node);
-                    let id = known.or_else(|| me.provider.list(&me.cluster_id).ok()?.into_iter().find(|i| i.node == node).map(|i| i.id));
-                    let Some(id) = id else { return };
-                    match me.provider.terminate(&id) {
-                        Ok(()) | Err(ProviderError::NotFound(_)) => {}
-                        Err(e) => eprintln!("spillway: terminating node {node} ({id}): {e}"),
-                    }
-                }
-                (Effect::Launch { .. }, None) => {}
-            });
-        }
-    }
-
-    /// Returns the launch spec of a node.
-    fn launch_spec(&self, st: &State, e: &Effect) -> Option<LaunchSpec> {
-        let Effect::Launch { node } = e else { return None };
-        let n = st.engine.cluster().nodes.get(*node as usize)?;
-        let cfg = st.engine.config();
-        let pool = &cfg.pools[n.pool];
-        Some(LaunchSpec {
-            cluster: self.cluster_id.clone(),
-            node: *node,
-            pool: pool.name.clone(),
-            instance_type: n.instance_type.map_or_else(|| "fixed".to_string(), |i| cfg.instance_types[i].name.clone()),
-            gpus: n.gpus,
-            spot: n.market == Market::Spot,
-            token: st.tokens.get(node).cloned().unwrap_or_default(),
-            boot_delay_s: if n.market == Market::Fixed { 0.0 } else { pool.boot_latency_s },
-        })
-    }
-
-    /// Handles a launch's result: the instance is recorded (the node becomes ready when its agent registers), or the
-    /// typed error goes to the engine so it backs off that offering only.
-    fn launched(self: &Arc<Self>, node: u32, result: Result<spillway_providers::Instance, ProviderError>) {
-        let now = now_ms();
-        match result {
-            Ok(inst) => {
-                self.instances_mut().insert(node, inst.id);
-                self.launched_mut().insert(node, Instant::now());
-                if !self.state().alive(node) {
-                    // Ended while it launched (cancelled demand): give it back at once.
-                    self.state().effects.push(Effect::Terminate { node });
-                }
-            }
-            Err(e) => {
-                let error = match e {
-                    ProviderError::InsufficientCapacity { .. } => LaunchError::InsufficientCapacity,
-                    ProviderError::Quota(_) => LaunchError::Quota,
-                    other => LaunchError::Transient(other.to_string()),
-                };
-                let mut st = self.state();
-                if st.node_state(node) == Some(NodeState::Requested) {
-                    let _ = st.apply(now, Entry::Event(Event::LaunchFailed { node: NodeId(node), error }));
-                }
-            }
-        }
-        self.flush();
-    }
-
-    /// One tick: wake the engine when it asked, lose silent nodes, fail launches that never registered, reclaim
-    /// interrupted spot nodes at their deadline, and inject spot interruptions at each pool's configured rate.
+    /// One tick of the ticker; records the log's length in the data dir's marker when it grew.
     pub fn tick(self: &Arc<Self>, dt: Duration) {
-        let now = now_ms();
         let mut st = self.state();
-        let nodes: Vec<(u32, NodeState, Market, usize)> =
-            st.engine.cluster().nodes.iter().filter(|n| n.alive()).map(|n| (n.id.0, n.state, n.market, n.pool)).collect();
-        for &(id, state, market, pool) in &nodes {
-            let seen = *self.seen_mut().entry(id).or_insert_with(Instant::now);
-            match state {
-                NodeState::Ready | NodeState::Draining if seen.elapsed() > self.opts.heartbeat_timeout => {
-                    if market == Market::Fixed {
-                        // An owned node's agent died: start it again; it re-runs the node's workers from their
-                        // checkpoints.
-                        self.seen_mut().insert(id, Instant::now());
-                        st.effects.push(Effect::Launch { node: id });
-                    } else {
-                        let _ = st.apply(now, Entry::Event(Event::NodeLost { node: NodeId(id) }));
-                        st.effects.push(Effect::Terminate { node: id });
-                    }
-                }
-                NodeState::Requested => {
-                    let boot = Duration::from_secs_f64(st.engine.config().pools[pool].boot_latency_s.max(0.0)) + self.opts.boot_grace;
-                    let late = self.launched_mut().get(&id).is_some_and(|t| t.elapsed() > boot);
-                    if late {
-                        self.launched_mut().remove(&id);
-                        let error = LaunchError::Transient("the agent never registered".into());
-                        let _ = st.apply(now, Entry::Event(Event::LaunchFailed { node: NodeId(id), error }));
-                        st.effects.push(Effect::Terminate { node: id });
-                    }
-                }
-                _ => {}
-            }
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = st.tick(self.now(), dt.as_millis() as Time, &mut *rng) {
+            eprintln!("spillway: tick: {e}");
         }
-        let due: Vec<u32> = st.reclaim_at.iter().filter(|&(_, &t)| t <= now).map(|(&n, _)| n).collect();
-        for id in due {
-            st.reclaim_at.remove(&id);
-            if st.alive(id) {
-                let _ = st.apply(now, Entry::Event(Event::NodeLost { node: NodeId(id) }));
-            }
-            st.effects.push(Effect::Terminate { node: id });
-        }
-        // Injected interruptions (the local provider's stand-in for the cloud reclaiming spot capacity).
-        let mut victims = Vec::new();
-        {
-            let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-            for &(id, state, market, pool) in &nodes {
-                let rate = st.engine.config().pools[pool].interruption_rate_per_hour;
-                if market == Market::Spot && state == NodeState::Ready && rate > 0.0 && !st.reclaim_at.contains_key(&id) {
-                    let p = 1.0 - (-rate * dt.as_secs_f64() / 3600.0).exp();
-                    if rng.random::<f64>() < p {
-                        victims.push(id);
-                    }
-                }
-            }
-        }
-        for id in victims {
-            let _ = interrupt(&mut st, now, id);
-        }
-        if st.undecided || st.engine.poll_timeout().is_some_and(|t| t <= now) {
-            let _ = st.apply(now, Entry::Wake);
-        }
-        // A cumulative cost snapshot each minute, so `GET /v1/cost?since=&until=` can answer windows.
-        let minute = now.div_euclid(60_000);
-        if st.cost_minute != Some(minute) {
-            st.cost_minute = Some(minute);
-            let cost = crate::views::cost(&st, now);
-            match serde_json::to_string(&cost) {
-                Ok(json) => {
-                    if let Err(e) = st.store.put_cost_snapshot(now, &json) {
-                        eprintln!("spillway: {e}");
-                    }
-                }
-                Err(e) => eprintln!("spillway: cost snapshot: {e}"),
-            }
-        }
+        drop(rng);
+        self.check_fatal(&st);
+        let seq = st.store.last_seq();
         drop(st);
+        let mut marked = self.marker_seq.lock().unwrap_or_else(|p| p.into_inner());
+        if seq != *marked {
+            match self.data_dir.write_marker(&Marker { cluster_id: self.cluster_id.clone(), log_seq: seq }) {
+                Ok(()) => *marked = seq,
+                Err(e) => eprintln!("spillway: writing the store marker: {e}"),
+            }
+        }
+        drop(marked);
         self.flush();
     }
 
-    /// Handles an agent's heartbeat (the token was checked to be this node's). Returns `None` when the node is gone
-    /// (the agent should stop), else what the node should run and stop.
-    pub fn heartbeat(self: &Arc<Self>, hb: &Heartbeat) -> Result<Option<HeartbeatReply>, crate::state::ApplyError> {
-        let now = now_ms();
-        let node = hb.node;
+    /// Handles a heartbeat whose token was checked to be node `hb.node`'s.
+    pub fn heartbeat(self: &Arc<Self>, hb: &Heartbeat) -> Result<Option<HeartbeatReply>, ApplyError> {
         let mut st = self.state();
-        if !st.alive(node) {
-            return Ok(None);
-        }
-        self.seen_mut().insert(node, Instant::now());
-        if st.node_state(node) == Some(NodeState::Requested) {
-            st.apply(now, Entry::Event(Event::NodeReady { node: NodeId(node) }))?;
-        }
-        let running: BTreeSet<WorkerRef> = hb.running.iter().copied().collect();
-        st.running.insert(node, running.clone());
-        let mut acked = Vec::new();
-        for exit in &hb.exited {
-            if st.worker_exited(now, exit.worker, exit.success)? {
-                acked.push(exit.worker);
-            }
-        }
-        for w in hb.checkpoints.iter().filter(|w| w.rank == 0) {
-            let current = st.engine.job(JobId(w.job)).is_some_and(|j| j.state == JobState::Running && j.attempt == w.attempt);
-            if current {
-                st.apply(now, Entry::Event(Event::CheckpointDone { job: JobId(w.job), attempt: w.attempt }))?;
-            }
-        }
-        // Only pools with metric policies act on utilization; for the others a logged sample would only grow the log.
-        let metric_pool = st.engine.cluster().nodes.get(node as usize).map(|n| &st.engine.config().pools[n.pool]).is_some_and(|p| p.target_gpu_utilization.is_some() || !p.step_scaling.is_empty());
-        if let Some(u) = hb.gpu_utilization.filter(|_| metric_pool) {
-            // Metrics are logged inputs too; sample them at most every 15 s per node to keep the log small.
-            let due = {
-                let mut m = self.last_metric.lock().unwrap_or_else(|p| p.into_inner());
-                let due = m.get(&node).is_none_or(|t| t.elapsed() > Duration::from_secs(15));
-                if due {
-                    m.insert(node, Instant::now());
-                }
-                due
-            };
-            if due {
-                st.apply(now, Entry::Event(Event::MetricSample { node: NodeId(node), gpu_utilization: u }))?;
-            }
-        }
-        // Stop orders last until the worker is gone; workers nobody asked for are stopped too.
-        let stops = st.stops.entry(node).or_default();
-        stops.retain(|w, _| running.contains(w));
-        let mut stop: Vec<StopOrder> = stops.values().cloned().collect();
-        let assigned = st.assignments.get(&node).cloned().unwrap_or_default();
-        let unknown: Vec<WorkerRef> =
-            running.iter().filter(|w| !assigned.contains_key(w) && !stop.iter().any(|s| s.worker == **w)).copied().collect();
-        for w in unknown {
-            stop.push(StopOrder { worker: w, grace_ms: 5_000, signal: "SIGTERM".into() });
-        }
-        // Never two attempts of one job at once: an attempt starts only when no other attempt of the job is
-        // reported running anywhere (a stopped attempt may still be writing its checkpoint).
-        let run = assigned
-            .into_values()
-            .filter(|a| !st.running.iter().any(|(_, ws)| ws.iter().any(|w| w.job == a.worker.job && w.attempt != a.worker.attempt)))
-            .collect();
+        let reply = st.heartbeat(self.now(), hb);
+        self.check_fatal(&st);
         drop(st);
         self.flush();
-        Ok(Some(HeartbeatReply { run, stop, acked_exits: acked }))
+        reply
+    }
+
+    /// Runs the pending provider calls, each on its own blocking thread; results come back into the state.
+    pub fn flush(self: &Arc<Self>) {
+        let effects = std::mem::take(&mut self.state().effects);
+        for effect in effects {
+            let me = self.clone();
+            let spec = match &effect {
+                Effect::Launch { node, token } => self.state().launch_spec(*node, token),
+                _ => None,
+            };
+            tokio::task::spawn_blocking(move || me.execute(effect, spec));
+        }
+    }
+
+    /// Carries out one effect and reports its result.
+    fn execute(self: &Arc<Self>, effect: Effect, spec: Option<spillway_providers::LaunchSpec>) {
+        match effect {
+            Effect::Launch { node, .. } => {
+                let Some(spec) = spec else { return };
+                let result = self.provider.launch(&spec).map(|i| i.id);
+                let mut st = self.state();
+                let _ = st.launch_result(self.now(), node, result);
+                self.check_fatal(&st);
+            }
+            Effect::Terminate { node } => {
+                if self.terminate_node(node) {
+                    self.state().terminated(node);
+                }
+            }
+            Effect::Fence { node } => {
+                let done = self.terminate_node(node);
+                let mut st = self.state();
+                let _ = st.fenced(self.now(), node, done);
+                self.check_fatal(&st);
+            }
+            Effect::TerminateInstance { id } => match self.provider.terminate(&id) {
+                Ok(()) | Err(ProviderError::NotFound(_)) => {}
+                Err(e) => eprintln!("spillway: terminating orphan instance {id}: {e}"),
+            },
+            Effect::List => {
+                let asked = self.now();
+                match self.provider.list(&self.cluster_id) {
+                    Ok(listed) => {
+                        let mut st = self.state();
+                        let _ = st.reconcile(self.now(), &listed, asked, false);
+                        self.check_fatal(&st);
+                    }
+                    Err(e) => eprintln!("spillway: listing instances: {e}"),
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// Terminates what the provider holds for `node`; returns whether nothing of it is left.
+    fn terminate_node(&self, node: u32) -> bool {
+        // The instance id is the provider's business: when the launch's answer was lost (a restart), ask the
+        // provider which instance is this node's.
+        let known = self.state().instances.get(&node).cloned();
+        let id = match known {
+            Some(id) => Some(id),
+            None => match self.provider.list(&self.cluster_id) {
+                Ok(list) => list.into_iter().find(|i| i.node == node).map(|i| i.id),
+                Err(e) => {
+                    eprintln!("spillway: listing instances to terminate node {node}: {e}");
+                    return false;
+                }
+            },
+        };
+        let Some(id) = id else { return true };
+        match self.provider.terminate(&id) {
+            Ok(()) | Err(ProviderError::NotFound(_)) => true,
+            Err(e) => {
+                eprintln!("spillway: terminating node {node} ({id}): {e}");
+                false
+            }
+        }
     }
 
     /// Terminates every live instance of this cluster (graceful shutdown of `spillway up`).
@@ -449,29 +339,82 @@ impl Shared {
     }
 }
 
-/// Sends an interruption notice for a ready spot node: its jobs checkpoint and move; the node is reclaimed at the
-/// deadline (now + the pool's notice). Returns an error for a node that is not a live spot node.
-pub fn interrupt(st: &mut State, now: Time, node: u32) -> Result<(), String> {
-    let n = st.engine.cluster().nodes.get(node as usize).ok_or_else(|| format!("no node {node}"))?;
-    if n.market != Market::Spot || !n.alive() {
-        return Err(format!("node {node} is not a live spot node (market {}, state {:?})", n.market.as_str(), n.state));
+/// Creates the jobs' directory root: owner-only, or with `run_as` traversable (0711) so each job's own directory
+/// (created by the agent, owned by the job's user, 0700) can be reached but the root not listed.
+fn make_jobs_dir(dir: &std::path::Path, run_as: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    crate::datadir::private_dir(dir)?;
+    if run_as {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
     }
-    if st.reclaim_at.contains_key(&node) {
-        return Err(format!("node {node} already has an interruption notice"));
-    }
-    let notice = (st.engine.config().pools[n.pool].interruption_notice_s * 1000.0) as Time;
-    st.apply(now, Entry::Event(Event::InterruptionNotice { node: NodeId(node), deadline: now + notice })).map_err(|e| e.to_string())?;
     Ok(())
 }
 
-/// Returns the stored token under `key`, creating it on first use.
-fn token(store: &Store, key: &str) -> Result<String, crate::store::StoreError> {
-    match store.meta(key)? {
-        Some(t) => Ok(t),
-        None => {
-            let t = crate::state::new_token();
-            store.set_meta(key, &t)?;
-            Ok(t)
+/// Returns the config and start time the store was created with (recording them on first use); refuses another
+/// config than the store's.
+fn stored_config(store: &Store, opts: &DaemonOptions, config_name: &str, config_text: &str) -> Result<(String, Time), StartError> {
+    match (store.meta("config")?, store.meta("start_ms")?) {
+        (Some(stored), Some(start)) => {
+            if stored != config_text {
+                return Err(StartError::Config(format!(
+                    "{}: the data directory {} was created with another config; use that config, or a new --data-dir",
+                    config_name,
+                    opts.data_dir.display()
+                )));
+            }
+            let start = start.parse::<Time>().map_err(|e| StartError::Config(format!("stored start_ms: {e}")))?;
+            Ok((stored, start))
+        }
+        _ => {
+            let start = now_ms();
+            store.set_meta("config", config_text)?;
+            store.set_meta("start_ms", &start.to_string())?;
+            Ok((config_text.to_string(), start))
         }
     }
+}
+
+/// Loads the user tokens: a token from `tokens.json` whose hash the store holds is kept; a missing one is created
+/// (its hash stored). Plain tokens an older version kept in the store move to the files. Writes the token files.
+fn user_tokens(store: &Store, dir: &DataDir, cfg: &Config, url: &str) -> Result<(Vec<(String, Principal)>, TokenFile), StartError> {
+    let file = dir.read_tokens();
+    let mut teams: BTreeSet<String> = cfg.teams.iter().map(|t| t.name.clone()).collect();
+    teams.insert("default".into());
+    let mut out = TokenFile { server: url.to_string(), ..Default::default() };
+    let mut principals = Vec::new();
+    let admin = one_token(store, "admin", Some(&file.admin))?;
+    principals.push((token_hash(&admin), Principal::Admin));
+    out.admin = admin;
+    for t in teams {
+        let tok = one_token(store, &format!("team:{t}"), file.teams.get(&t))?;
+        principals.push((token_hash(&tok), Principal::Team(t.clone())));
+        out.teams.insert(t, tok);
+    }
+    dir.write_tokens(&out).map_err(|e| StartError::Config(format!("writing the token files in {}: {e}", dir.path.display())))?;
+    Ok((principals, out))
+}
+
+/// Returns the token of `who`: the file's when its hash matches the store's, else the plain one an older version
+/// stored (moved out of the store), else a new one (and a warning when it replaces a stored hash).
+fn one_token(store: &Store, who: &str, from_file: Option<&String>) -> Result<String, StartError> {
+    let key = format!("token_hash:{who}");
+    let stored = store.meta(&key)?;
+    if let (Some(h), Some(t)) = (&stored, from_file) {
+        if ct_eq(h, &token_hash(t)) {
+            return Ok(t.clone());
+        }
+    }
+    let legacy_key = if who == "admin" { "admin_token".to_string() } else { format!("team_token:{}", who.trim_start_matches("team:")) };
+    let token = match (store.meta(&legacy_key)?, &stored) {
+        (Some(plain), None) => plain,
+        _ => {
+            if stored.is_some() {
+                eprintln!("spillway: the {who} token is not in tokens.json; issuing a new one");
+            }
+            new_token().map_err(|e| StartError::Config(format!("no randomness for a token: {e}")))?
+        }
+    };
+    store.set_meta(&key, &token_hash(&token))?;
+    store.delete_meta(&legacy_key)?;
+    Ok(token)
 }

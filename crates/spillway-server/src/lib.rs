@@ -7,7 +7,10 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod api;
+pub mod control;
 pub mod daemon;
+pub mod datadir;
+pub mod http;
 pub mod openapi;
 pub mod state;
 pub mod store;
@@ -60,8 +63,9 @@ pub async fn serve(
     }
     let mut local = spillway_providers::LocalOptions::new(opts.daemon.data_dir.join("provider"), opts.agent_command.clone(), url.clone());
     local.capacity = capacity;
+    local.run_as = opts.daemon.run_as.clone();
     let provider = Arc::new(spillway_providers::LocalProvider::new(local).context("starting the local provider")?);
-    let shared = Arc::new(Shared::open(opts.daemon.clone(), &opts.config_name, &opts.config_text, provider)?);
+    let shared = Arc::new(Shared::open(opts.daemon.clone(), &opts.config_name, &opts.config_text, provider, &url)?);
     let replayed = shared.state().engine.cluster().jobs.len();
     let me = shared.clone();
     tokio::task::spawn_blocking(move || me.reconcile()).await?.context("listing the provider's instances")?;
@@ -77,13 +81,25 @@ pub async fn serve(
             }
         })
     };
-    started(&Started { url, admin_token: shared.admin_token.clone(), team_tokens: shared.team_tokens(), replayed });
+    started(&Started { url, admin_token: shared.tokens.admin.clone(), team_tokens: shared.team_tokens(), replayed });
+    // A store failure the daemon cannot go on from stops it like a signal would, with the error printed.
+    let fatal = shared.clone();
+    let shutdown = async move {
+        tokio::select! {
+            _ = shutdown => {}
+            _ = fatal.stop.notified() => eprintln!("spillway: stopping after a store failure"),
+        }
+    };
     let app = api::router(shared.clone());
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let served = http::serve(listener, app, http::Limits::default(), shutdown).await;
     ticker.abort();
     if opts.stop_nodes_on_exit {
         let me = shared.clone();
         tokio::task::spawn_blocking(move || me.terminate_all()).await?;
     }
-    served.context("serving the API")
+    served.context("serving the API")?;
+    if let Some(f) = shared.state().fatal.clone() {
+        anyhow::bail!("the daemon stopped: {f}");
+    }
+    Ok(())
 }

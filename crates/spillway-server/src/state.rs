@@ -1,9 +1,21 @@
-//! The daemon's state around the engine: every input goes through [`State::apply`], which logs it, hands it to
-//! the engine and turns the engine's actions into desired state (what each node's agent should run or stop) and
-//! provider calls to make. The same path rebuilds everything on startup by replaying the log with effects off.
+//! The daemon's state around the engine. Every input goes through [`State::apply`], which logs it, hands it to
+//! the engine and turns the engine's actions into effects (provider calls). The same path rebuilds everything on
+//! startup by replaying the log with effects off.
+//!
+//! What an agent runs is never kept beside the log: it is derived from the replayed engine on every heartbeat
+//! ([`State::desired`]): the workers of the current attempt of each running job placed on the node. A finished
+//! job is not running, so no replay can hand it out again. The user-facing guarantees, and where they hold:
+//! - a finished (succeeded, failed or cancelled) job never runs again: desired work is only running jobs';
+//! - an attempt runs at most once: a worker goes only to the agent holding the node's current token (the launch's
+//!   incarnation, a log entry), the agent never starts a worker twice, and a node whose agent is replaced first
+//!   has its attempts requeued as new ones ([`spillway_core::Event::AttemptLost`]);
+//! - no two attempts of a job run at once: an attempt is handed out only while no agent reports another attempt
+//!   of the job, after every node alive at startup has reported (or timed out), and a silent node is fenced
+//!   (its instance terminated) before its jobs move;
+//! - a submission answered 2xx is never lost: it is committed to the log before the answer.
 
 use crate::store::{Entry, JobCommand, Store, StoreError};
-use spillway_api::{Assignment, EventView, StopOrder, WorkerRef};
+use spillway_api::{Assignment, EventView, WorkerRef};
 use spillway_core::{Action, Engine, Event, JobId, JobState, NodeId, NodeState, Time};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -14,31 +26,62 @@ const MAX_DECISIONS: usize = 200_000;
 /// A provider call the daemon must make once the state lock is released.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
-    Launch { node: u32 },
+    /// Launch `node` with an agent holding `token`.
+    Launch { node: u32, token: String },
+    /// Terminate what the provider holds for `node` (by its recorded instance, or by listing).
     Terminate { node: u32 },
+    /// Terminate `node`'s instance and report back ([`State::fenced`]): its jobs move only once it is gone.
+    Fence { node: u32 },
+    /// Terminate an instance the engine has no live node for.
+    TerminateInstance { id: String },
+    /// List the provider's instances and reconcile ([`State::reconcile`]).
+    List,
 }
 
-/// The daemon's state. One lock guards it; provider calls run outside it and come back as events.
+/// Settings of the state that are not part of the cluster config.
+#[derive(Debug, Clone)]
+pub struct StateOptions {
+    /// Checkpoint and log directories of jobs live under `jobs_dir/job-N/`.
+    pub jobs_dir: PathBuf,
+    pub cluster_id: String,
+    /// A ready node whose agent is silent this long is fenced and its jobs requeued.
+    pub heartbeat_timeout_ms: Time,
+    /// A launched node whose agent has not registered this long after its expected boot is a failed launch.
+    pub boot_grace_ms: Time,
+    /// How often the provider's instances are listed and reconciled.
+    pub reconcile_every_ms: Time,
+}
+
+/// The daemon's state. One lock guards it; provider calls run outside it and come back as method calls.
 pub struct State {
     pub engine: Engine,
     pub store: Store,
-    pub data_dir: PathBuf,
+    pub opts: StateOptions,
     /// True while the log is being replayed: nothing is logged and no effect is produced.
     replaying: bool,
     /// What each job runs, by job id.
     pub commands: Vec<JobCommand>,
     pub decisions: VecDeque<EventView>,
     next_decision: u64,
-    /// Agent tokens by node.
-    pub tokens: BTreeMap<u32, String>,
-    /// Workers each node should be running.
-    pub assignments: BTreeMap<u32, BTreeMap<WorkerRef, Assignment>>,
-    /// Workers each node should stop.
-    pub stops: BTreeMap<u32, BTreeMap<WorkerRef, StopOrder>>,
-    /// Workers each node reported running in its last heartbeat.
-    pub running: BTreeMap<u32, BTreeSet<WorkerRef>>,
+    /// SHA-256 of each node's current agent token (from `NodeToken` log entries).
+    pub token_hashes: BTreeMap<u32, String>,
+    /// The same, by hash: how a heartbeat's token finds its node.
+    token_nodes: BTreeMap<String, u32>,
+    /// Grace of each stopped attempt, from the engine's `StopJob` actions.
+    pub(crate) stop_grace: BTreeMap<(u32, u32), u64>,
+    /// Workers each node reported running in its last heartbeat, and the attempts per job they make up.
+    pub(crate) running: BTreeMap<u32, BTreeSet<WorkerRef>>,
+    pub(crate) attempts_running: BTreeMap<u32, BTreeMap<u32, u32>>,
+    /// Workers handed to a node and not yet seen gone there, with the heartbeat `seq` whose reply handed them out:
+    /// until a later heartbeat that applied that reply shows them absent, they may be running.
+    pub(crate) handed: BTreeMap<u32, BTreeMap<WorkerRef, u64>>,
+    pub(crate) attempts_handed: BTreeMap<u32, BTreeMap<u32, u32>>,
+    /// The `seq` of the last heartbeat handled per node: an older one (a delayed or duplicated request) is stale.
+    pub(crate) beat_seq: BTreeMap<u32, u64>,
+    /// Nodes whose launch is in flight (not yet answered).
+    pub(crate) launching: BTreeSet<u32>,
     /// Exits reported so far by (job, attempt): rank -> success.
-    pub exits: BTreeMap<(u32, u32), BTreeMap<u32, bool>>,
+    pub(crate) exits: BTreeMap<(u32, u32), BTreeMap<u32, bool>>,
     /// Spot nodes under an interruption notice, and when the cloud takes them.
     pub reclaim_at: BTreeMap<u32, Time>,
     /// Provider calls to make.
@@ -47,6 +90,21 @@ pub struct State {
     pub undecided: bool,
     /// The minute of the last cost snapshot.
     pub cost_minute: Option<i64>,
+    /// Shell clocks (ms): last heartbeat per node, when a launch came back, last logged utilization sample.
+    pub(crate) seen: BTreeMap<u32, Time>,
+    pub(crate) launched: BTreeMap<u32, Time>,
+    pub(crate) last_metric: BTreeMap<u32, Time>,
+    /// Provider instance id per node, as the provider answered.
+    pub instances: BTreeMap<u32, String>,
+    /// Nodes being fenced (their instance terminated before their jobs move), since when.
+    pub(crate) fencing: BTreeMap<u32, Time>,
+    /// Nodes alive at startup that have not reported yet: no work is handed out until they have (or timed out).
+    pub(crate) awaiting: BTreeSet<u32>,
+    pub(crate) next_reconcile: Time,
+    /// Launches the engine asked for during the current drain; they get tokens once it is over.
+    new_launches: Vec<u32>,
+    /// Set when a write to the store failed for good: nothing is applied any more and the daemon stops.
+    pub fatal: Option<String>,
 }
 
 /// Why an input was refused; nothing was logged.
@@ -56,64 +114,121 @@ pub enum ApplyError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Engine(String),
+    #[error("the daemon is stopping: {0}")]
+    Stopped(String),
 }
 
 impl State {
-    /// Returns a state whose engine starts at `t0` with `cfg`, over `store`.
-    pub fn new(engine: Engine, store: Store, data_dir: PathBuf) -> Result<State, StoreError> {
-        let tokens = store.tokens()?;
-        Ok(State {
+    /// Returns a state over `engine` (fresh, at its start time) and `store`; call [`State::replay`] next.
+    pub fn new(engine: Engine, store: Store, opts: StateOptions, now: Time) -> State {
+        State {
             engine,
             store,
-            data_dir,
+            opts,
             replaying: false,
             commands: Vec::new(),
             decisions: VecDeque::new(),
             next_decision: 0,
-            tokens,
-            assignments: BTreeMap::new(),
-            stops: BTreeMap::new(),
+            token_hashes: BTreeMap::new(),
+            token_nodes: BTreeMap::new(),
+            stop_grace: BTreeMap::new(),
             running: BTreeMap::new(),
+            attempts_running: BTreeMap::new(),
+            handed: BTreeMap::new(),
+            attempts_handed: BTreeMap::new(),
+            beat_seq: BTreeMap::new(),
+            launching: BTreeSet::new(),
             exits: BTreeMap::new(),
             reclaim_at: BTreeMap::new(),
             effects: Vec::new(),
             undecided: false,
             cost_minute: None,
-        })
+            seen: BTreeMap::new(),
+            launched: BTreeMap::new(),
+            last_metric: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            fencing: BTreeMap::new(),
+            awaiting: BTreeSet::new(),
+            next_reconcile: now,
+            new_launches: Vec::new(),
+            fatal: None,
+        }
     }
 
     /// Rebuilds the state by replaying the store's log with effects off. Returns the number of entries replayed.
+    /// A submission the engine now refuses (an entry an older version accepted) becomes a failed job with the
+    /// reason recorded, so later job ids stay those of the log; a refused event was refused when it was first
+    /// applied too (the same engine, the same input) and changes nothing.
     pub fn replay(&mut self) -> Result<usize, ApplyError> {
         let log = self.store.load_log()?;
         self.replaying = true;
-        for (at, entry) in &log {
-            // A refusal during replay was a refusal when it was first applied too: the same engine, the same input.
-            let _ = self.apply(*at, entry.clone());
+        for (seq, at, entry) in &log {
+            if let Err(e) = self.apply_entry(*at, entry.clone()) {
+                if matches!(entry, Entry::Submit { .. }) {
+                    eprintln!("spillway: replay: log entry {seq}: {e}");
+                }
+            }
         }
         self.replaying = false;
         Ok(log.len())
     }
 
-    /// Logs `entry` at `now` (unless replaying), applies it to the engine and carries out the resulting actions into
-    /// desired state and effects. Returns the new job's id for a submission.
+    /// Logs `entry` at `now`, applies it to the engine and turns the resulting actions into effects. Returns the
+    /// new job's id for a submission. A submission the engine would refuse is refused before anything is logged;
+    /// a write that fails for good stops the daemon (nothing is applied that is not in the log).
     pub fn apply(&mut self, now: Time, entry: Entry) -> Result<Option<JobId>, ApplyError> {
-        if !self.replaying {
-            self.store.append(now, &entry)?;
+        if let Some(f) = &self.fatal {
+            return Err(ApplyError::Stopped(f.clone()));
         }
-        // Submissions are decided in batches at the next tick (a logged wake), not one by one: a decision scans
-        // the queue, so deciding per submission would make a burst of N jobs cost N scans. Replay follows the
-        // same rule, so it rebuilds the same state.
-        let decide = !matches!(entry, Entry::Submit { .. });
+        if let Entry::Submit { spec, .. } = &entry {
+            spillway_core::check_spec(self.engine.config(), spec).map_err(|e| ApplyError::Engine(e.to_string()))?;
+        }
+        self.log(now, &entry)?;
+        self.apply_entry(now, entry)
+    }
+
+    /// Appends `entry` to the log (not while replaying); a failure is fatal.
+    fn log(&mut self, now: Time, entry: &Entry) -> Result<(), ApplyError> {
+        if self.replaying {
+            return Ok(());
+        }
+        if let Err(e) = self.store.append(now, entry) {
+            eprintln!("spillway: {e}; the daemon stops (nothing unlogged is acted on)");
+            self.fatal = Some(e.to_string());
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Applies a logged entry. Submissions are decided in batches at the next tick (a logged wake), not one by
+    /// one: a decision scans the queue, so deciding per submission would make a burst of N jobs cost N scans.
+    /// Replay follows the same rule, so it rebuilds the same state.
+    fn apply_entry(&mut self, now: Time, entry: Entry) -> Result<Option<JobId>, ApplyError> {
         let result = match entry {
-            Entry::Submit { spec, command } => match self.engine.submit(now, spec) {
-                Ok(id) => {
-                    // Job ids come from a counter, so the command's index is the id.
-                    self.commands.resize(id.0 as usize, JobCommand::default());
-                    self.commands.push(command);
-                    Ok(Some(id))
-                }
-                Err(e) => Err(ApplyError::Engine(e.to_string())),
-            },
+            Entry::Submit { spec, command } => {
+                let id = match self.engine.submit(now, spec.clone()) {
+                    Ok(id) => Ok(id),
+                    Err(e) => {
+                        // Logged but refused: keep the job (failed) so the ids of later entries stay aligned.
+                        let reason = e.to_string();
+                        let id = self.engine.submit_refused(now, spec, reason.clone());
+                        self.commands.resize(id.0 as usize, JobCommand::default());
+                        self.commands.push(command.clone());
+                        // Its record (refused_on_replay) goes to the event log.
+                        self.drain(now);
+                        Err(ApplyError::Engine(format!("job {}: {reason}", id.0)))
+                    }
+                }?;
+                // Job ids come from a counter, so the command's index is the id.
+                self.commands.resize(id.0 as usize, JobCommand::default());
+                self.commands.push(command);
+                self.undecided = true;
+                return Ok(Some(id));
+            }
+            Entry::NodeToken { node, hash } => {
+                self.set_token_hash(node, hash);
+                return Ok(None);
+            }
             Entry::Event(event) => {
                 if let Event::InterruptionNotice { node, deadline } = &event {
                     self.reclaim_at.insert(node.0, *deadline);
@@ -125,111 +240,190 @@ impl State {
                 Ok(None)
             }
         };
-        if decide {
-            self.drain();
-        } else {
-            self.undecided = true;
-        }
+        self.drain(now);
         result
     }
 
-    /// Turns the engine's pending actions into desired state and effects.
-    fn drain(&mut self) {
+    /// Turns the engine's pending actions into effects, then gives each new launch its token.
+    fn drain(&mut self, now: Time) {
         self.undecided = false;
         while let Some(action) = self.engine.poll_action() {
             match action {
-                Action::Launch { node, .. } => {
-                    if !self.tokens.contains_key(&node.0) {
-                        let token = new_token();
-                        // A token that cannot be saved would lock the agent out after a restart; the launch then
-                        // fails at registration and the engine relaunches, so log and go on.
-                        if let Err(e) = self.store.put_token(node.0, &token) {
-                            eprintln!("spillway: {e}");
-                        }
-                        self.tokens.insert(node.0, token);
-                    }
-                    if !self.replaying {
-                        self.effects.push(Effect::Launch { node: node.0 });
-                    }
+                Action::Launch { node, .. } if !self.replaying => self.new_launches.push(node.0),
+                Action::Terminate { node } if !self.replaying => self.effects.push(Effect::Terminate { node: node.0 }),
+                Action::Launch { .. } | Action::Terminate { .. } | Action::StartJob { .. } => {}
+                Action::StopJob { job, attempt, grace_ms, .. } => {
+                    self.stop_grace.insert((job.0, attempt), grace_ms.max(0) as u64);
                 }
-                Action::Terminate { node } => {
-                    self.assignments.remove(&node.0);
-                    if !self.replaying {
-                        self.effects.push(Effect::Terminate { node: node.0 });
-                    }
-                }
-                Action::StartJob { job, attempt, placement } => self.start(job, attempt, &placement),
-                Action::StopJob { job, attempt, grace_ms, .. } => self.stop_attempt(job.0, attempt, grace_ms.max(0) as u64),
-                Action::Record(d) => {
-                    let view = EventView {
-                        seq: self.next_decision,
-                        at: d.at as f64 / 1000.0,
-                        kind: serde_json::to_value(d.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
-                        subject: d.subject,
-                        reason: d.reason.to_string(),
-                        detail: d.detail,
-                    };
-                    self.next_decision += 1;
-                    if self.decisions.len() == MAX_DECISIONS {
-                        self.decisions.pop_front();
-                    }
-                    self.decisions.push_back(view);
-                }
+                Action::Record(d) => self.record(d),
+            }
+        }
+        for node in std::mem::take(&mut self.new_launches) {
+            if let Ok(token) = self.issue_token(now, node) {
+                self.launching.insert(node);
+                self.effects.push(Effect::Launch { node, token });
             }
         }
     }
 
-    /// Records the assignments of a started attempt, one worker per placement entry.
-    fn start(&mut self, job: JobId, attempt: u32, placement: &[(NodeId, u32)]) {
-        let command = self.commands.get(job.0 as usize).cloned().unwrap_or_default();
-        let dir = |sub: &str| self.data_dir.join(sub).join(format!("job-{}", job.0)).display().to_string();
-        for (rank, &(node, gpus)) in placement.iter().enumerate() {
-            let worker = WorkerRef { job: job.0, attempt, rank: rank as u32 };
-            let a = Assignment {
-                worker,
-                world_size: placement.len() as u32,
-                gpus,
-                argv: command.argv.clone(),
-                env: command.env.clone(),
-                workdir: command.workdir.clone(),
-                checkpoint_dir: dir("checkpoints"),
-                log_path: format!("{}/rank-{rank}.log", dir("logs")),
-                master_addr: "127.0.0.1".into(),
-                // A port per job, away from the well-known range, so gangs on one machine do not collide.
-                master_port: 29_500 + (job.0 % 20_000) as u16,
-            };
-            self.assignments.entry(node.0).or_default().insert(worker, a);
+    /// Keeps a decision for `GET /v1/events`.
+    fn record(&mut self, d: spillway_core::Decision) {
+        let view = EventView {
+            seq: self.next_decision,
+            at: d.at as f64 / 1000.0,
+            kind: serde_json::to_value(d.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+            subject: d.subject,
+            reason: d.reason.to_string(),
+            detail: d.detail,
+        };
+        self.next_decision += 1;
+        if self.decisions.len() == MAX_DECISIONS {
+            self.decisions.pop_front();
+        }
+        self.decisions.push_back(view);
+    }
+
+    /// Issues a fresh agent token for a launch of `node` and logs its hash (voiding the node's earlier tokens).
+    pub(crate) fn issue_token(&mut self, now: Time, node: u32) -> Result<String, ApplyError> {
+        let token = crate::datadir::new_token().map_err(|e| {
+            eprintln!("spillway: no randomness for a node token: {e}");
+            ApplyError::Engine(format!("no randomness for a node token: {e}"))
+        })?;
+        let hash = crate::datadir::token_hash(&token);
+        self.log(now, &Entry::NodeToken { node, hash: hash.clone() })?;
+        self.set_token_hash(node, hash);
+        Ok(token)
+    }
+
+    /// Makes `hash` node `n`'s only valid agent token.
+    fn set_token_hash(&mut self, n: u32, hash: String) {
+        if let Some(old) = self.token_hashes.insert(n, hash.clone()) {
+            self.token_nodes.remove(&old);
+        }
+        self.token_nodes.insert(hash, n);
+    }
+
+    /// Applies an input the daemon itself observed (a lost heartbeat, a launch result). An engine refusal is
+    /// logged and ignored (the input changes nothing); a store failure is fatal and reported to the caller.
+    pub(crate) fn observe(&mut self, now: Time, entry: Entry) -> Result<(), ApplyError> {
+        match self.apply(now, entry) {
+            Err(ApplyError::Engine(e)) => {
+                eprintln!("spillway: {e}");
+                Ok(())
+            }
+            other => other.map(|_| ()),
         }
     }
 
-    /// Moves every worker of `(job, attempt)` from the assignments to the stop orders of its node.
-    pub fn stop_attempt(&mut self, job: u32, attempt: u32, grace_ms: u64) {
-        for (node, workers) in self.assignments.iter_mut() {
-            let mine: Vec<WorkerRef> = workers.keys().filter(|w| w.job == job && w.attempt == attempt).copied().collect();
-            for w in mine {
-                workers.remove(&w);
-                self.stops.entry(*node).or_default().insert(w, StopOrder { worker: w, grace_ms, signal: "SIGTERM".into() });
+    /// Returns the workers node `n` should be running: one per placement entry on `n` of each running job's
+    /// current attempt. Derived from the engine alone, so a replay rebuilds it exactly.
+    pub fn desired(&self, n: u32) -> BTreeMap<WorkerRef, Assignment> {
+        let mut out = BTreeMap::new();
+        let Some(node) = self.engine.cluster().nodes.get(n as usize) else { return out };
+        for &id in &node.jobs {
+            let Some(j) = self.engine.job(id).filter(|j| j.state == JobState::Running) else { continue };
+            for (rank, &(on, gpus)) in j.placement.iter().enumerate() {
+                if on.0 == n {
+                    let a = self.assignment(j, rank as u32, gpus);
+                    out.insert(a.worker, a);
+                }
             }
         }
+        out
     }
 
-    /// Records a worker's exit; when the attempt is over (every rank exited, or one failed) logs `JobExited` and
-    /// stops the ranks still running. Returns whether the exit can be acknowledged (it is recorded for good).
-    pub fn worker_exited(&mut self, now: Time, w: WorkerRef, success: bool) -> Result<bool, ApplyError> {
+    /// Returns worker `rank` of a running job's current attempt.
+    fn assignment(&self, j: &spillway_core::Job, rank: u32, gpus: u32) -> Assignment {
+        let command = self.commands.get(j.id.0 as usize).cloned().unwrap_or_default();
+        let dir = self.opts.jobs_dir.join(format!("job-{}", j.id.0));
+        Assignment {
+            worker: WorkerRef { job: j.id.0, attempt: j.attempt, rank },
+            world_size: j.placement.len() as u32,
+            gpus,
+            argv: command.argv,
+            env: command.env,
+            workdir: command.workdir,
+            checkpoint_dir: dir.join("checkpoints").display().to_string(),
+            log_path: dir.join("logs").join(format!("rank-{rank}.log")).display().to_string(),
+            master_addr: "127.0.0.1".into(),
+            // A port per job, away from the well-known range, so gangs on one machine do not collide.
+            master_port: 29_500 + (j.id.0 % 20_000) as u16,
+        }
+    }
+
+    /// Returns whether worker `w` is part of the current attempt of a running job and placed on node `n`: the
+    /// only workers node `n`'s token may report exits and checkpoints for.
+    pub fn owns(&self, n: u32, w: WorkerRef) -> bool {
+        self.engine.job(JobId(w.job)).is_some_and(|j| {
+            j.state == JobState::Running && j.attempt == w.attempt && j.placement.get(w.rank as usize).is_some_and(|&(on, _)| on.0 == n)
+        })
+    }
+
+    /// Records the workers node `n` reports running.
+    pub(crate) fn set_running(&mut self, n: u32, workers: BTreeSet<WorkerRef>) {
+        if let Some(old) = self.running.remove(&n) {
+            for w in old {
+                count(&mut self.attempts_running, w, false);
+            }
+        }
+        for &w in &workers {
+            count(&mut self.attempts_running, w, true);
+        }
+        if !workers.is_empty() {
+            self.running.insert(n, workers);
+        }
+    }
+
+    /// Records that worker `w` was handed to node `n` in the reply to heartbeat `seq`.
+    pub(crate) fn hand_out(&mut self, n: u32, w: WorkerRef, seq: u64) {
+        if self.handed.entry(n).or_default().insert(w, seq).is_none() {
+            count(&mut self.attempts_handed, w, true);
+        }
+    }
+
+    /// Forgets handed workers of node `n` that `keep` rejects (they are known gone there).
+    pub(crate) fn settle_handed(&mut self, n: u32, mut keep: impl FnMut(&WorkerRef, u64) -> bool) {
+        let Some(map) = self.handed.get_mut(&n) else { return };
+        let gone: Vec<WorkerRef> = map.iter().filter(|&(w, &s)| !keep(w, s)).map(|(w, _)| *w).collect();
+        for w in gone {
+            map.remove(&w);
+            count(&mut self.attempts_handed, w, false);
+        }
+        if map.is_empty() {
+            self.handed.remove(&n);
+        }
+    }
+
+    /// Forgets everything node `n` ran: its processes are gone (fenced, vanished or ended).
+    pub(crate) fn forget_node(&mut self, n: u32) {
+        self.set_running(n, BTreeSet::new());
+        self.settle_handed(n, |_, _| false);
+        self.beat_seq.remove(&n);
+    }
+
+    /// Returns whether another attempt of `job` than `attempt` may be running: reported by an agent, or handed
+    /// out and not yet seen gone.
+    pub fn other_attempt_running(&self, job: u32, attempt: u32) -> bool {
+        let other = |m: &BTreeMap<u32, BTreeMap<u32, u32>>| m.get(&job).is_some_and(|a| a.keys().any(|&k| k != attempt));
+        other(&self.attempts_running) || other(&self.attempts_handed)
+    }
+
+    /// Records a worker's exit; when the attempt is over (every rank exited, or one failed) logs `JobExited`.
+    /// Returns whether the exit can be acknowledged (it is recorded for good).
+    pub(crate) fn worker_exited(&mut self, now: Time, w: WorkerRef, success: bool) -> Result<bool, ApplyError> {
         let Some(job) = self.engine.job(JobId(w.job)) else { return Ok(true) };
         if job.state != JobState::Running || job.attempt != w.attempt {
             // A stopped or finished attempt: its exit changes nothing.
             self.exits.remove(&(w.job, w.attempt));
             return Ok(true);
         }
-        let world = job.spec.workers;
+        let world = job.placement.len();
         let ranks = self.exits.entry((w.job, w.attempt)).or_default();
         ranks.insert(w.rank, success);
         let failed = ranks.values().any(|ok| !ok);
-        if failed || ranks.len() as u32 >= world {
+        if failed || ranks.len() >= world {
             self.exits.remove(&(w.job, w.attempt));
             self.apply(now, Entry::Event(Event::JobExited { job: JobId(w.job), attempt: w.attempt, success: !failed }))?;
-            self.stop_attempt(w.job, w.attempt, 5_000);
             return Ok(true);
         }
         // Not acknowledged until the whole attempt is logged, so a restart cannot lose a gang's earlier exits.
@@ -245,19 +439,38 @@ impl State {
     pub fn node_state(&self, n: u32) -> Option<NodeState> {
         self.engine.cluster().nodes.get(n as usize).map(|x| x.state)
     }
+
+    /// Returns the node whose current agent token is `token`.
+    pub fn node_of_token(&self, token: &str) -> Option<u32> {
+        // Looked up by digest: timing can reveal at most something of a digest, never of a token.
+        self.token_nodes.get(&crate::datadir::token_hash(token)).copied()
+    }
+
+    /// Returns the running jobs with a worker on node `n`, with their current attempts.
+    pub(crate) fn attempts_on(&self, n: u32) -> Vec<(JobId, u32)> {
+        let Some(node) = self.engine.cluster().nodes.get(n as usize) else { return Vec::new() };
+        node.jobs
+            .iter()
+            .filter_map(|&id| self.engine.job(id))
+            .filter(|j| j.state == JobState::Running && j.placement.iter().any(|&(on, _)| on == NodeId(n)))
+            .map(|j| (j.id, j.attempt))
+            .collect()
+    }
 }
 
-/// Returns a fresh random token (128 bits from the OS, hex).
-pub fn new_token() -> String {
-    use std::io::Read;
-    let mut buf = [0u8; 16];
-    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).is_ok();
-    if !ok {
-        // No urandom: fall back to time and address entropy (still unguessable enough for a loopback daemon).
-        #[allow(clippy::disallowed_methods)]
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let salt = std::process::id() as u128;
-        buf.copy_from_slice(&(t ^ (salt << 64)).to_le_bytes());
+/// Counts worker `w` in (`add`) or out of a per-job, per-attempt tally.
+fn count(tally: &mut BTreeMap<u32, BTreeMap<u32, u32>>, w: WorkerRef, add: bool) {
+    let per_job = tally.entry(w.job).or_default();
+    let c = per_job.entry(w.attempt).or_insert(0);
+    if add {
+        *c += 1;
+    } else {
+        *c = c.saturating_sub(1);
+        if *c == 0 {
+            per_job.remove(&w.attempt);
+        }
     }
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    if per_job.is_empty() {
+        tally.remove(&w.job);
+    }
 }

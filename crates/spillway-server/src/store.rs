@@ -1,16 +1,21 @@
-//! The durable store: one SQLite file (WAL) holding the engine's input log, the node tokens and a few settings.
+//! The durable store: one SQLite file (WAL) holding the engine's input log, token hashes and a few settings.
 //!
 //! The engine is deterministic (time is a value, no clock, no RNG), so its whole state is a function of its config,
 //! its start time and the sequence of inputs it was given. The daemon therefore writes each input (a submission, an
 //! event, a wake-up) to the log in its own transaction *before* handing it to the engine, and on startup rebuilds the
 //! engine by replaying the log. What an action did outside (a launched instance, a started process) is reconciled
-//! against the provider and the agents after the replay.
+//! against the provider and the agents after the replay. Everything that decides what an agent may run (which
+//! token a node's agent holds) is a log entry too, so a replay rebuilds it exactly.
+//!
+//! The file is created owner-only (0600); SQLite gives the `-wal` and `-shm` files the database's permissions.
 
+use crate::datadir::private_file;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use spillway_core::{Event, JobSpec};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 /// What a job runs; kept beside its spec in the log (the engine does not need it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -22,7 +27,7 @@ pub struct JobCommand {
     pub workdir: Option<String>,
 }
 
-/// One engine input, as logged.
+/// One input, as logged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Entry {
@@ -30,6 +35,9 @@ pub enum Entry {
     Event(Event),
     /// `Engine::handle_timeout`.
     Wake,
+    /// A launch of `node` was issued a fresh agent token (its SHA-256, hex); earlier tokens of the node are void.
+    /// The daemon only; the engine never sees it.
+    NodeToken { node: u32, hash: String },
 }
 
 /// Store errors name the operation and the database file.
@@ -39,19 +47,29 @@ pub enum StoreError {
     Sql { file: String, op: &'static str, source: rusqlite::Error },
     #[error("store {file}: log entry {seq} is not readable: {message}")]
     Corrupt { file: String, seq: i64, message: String },
+    #[error("store {file}: {message}")]
+    Io { file: String, message: String },
 }
 
 /// The open store.
 pub struct Store {
     conn: Connection,
     file: String,
+    /// The sequence number of the last log entry (0 when empty).
+    last_seq: i64,
+    /// Fault injection: appends left before every append fails as if the process had died there.
+    crash_after: Option<u64>,
 }
 
+/// How often and how long a failed append is retried before the daemon gives up (a busy or briefly failing disk).
+const APPEND_RETRIES: [u64; 3] = [10, 100, 500];
+
 impl Store {
-    /// Opens (or creates) the store at `path`, in WAL mode with `synchronous = NORMAL` (a commit survives a crash of
-    /// the process; a power loss may lose the last commits, never corrupt the file).
+    /// Opens (or creates) the store at `path`, owner-only, in WAL mode with `synchronous = NORMAL` (a commit
+    /// survives a crash of the process; a power loss may lose the last commits, never corrupt the file).
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let file = path.display().to_string();
+        private_file(path).map_err(|e| StoreError::Io { file: file.clone(), message: e.to_string() })?;
         let sql = |op: &'static str| {
             let file = file.clone();
             move |source| StoreError::Sql { file: file.clone(), op, source }
@@ -59,33 +77,75 @@ impl Store {
         let conn = Connection::open(path).map_err(sql("open"))?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(sql("journal_mode=WAL"))?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql("synchronous"))?;
-        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(sql("busy_timeout"))?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(sql("busy_timeout"))?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL, entry TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS node_tokens (node INTEGER PRIMARY KEY, token TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS cost_snapshots (at_ms INTEGER PRIMARY KEY, cost TEXT NOT NULL);",
+             CREATE TABLE IF NOT EXISTS cost_snapshots (at_ms INTEGER PRIMARY KEY, cost TEXT NOT NULL);
+             DROP TABLE IF EXISTS node_tokens;",
         )
         .map_err(sql("create tables"))?;
-        Ok(Store { conn, file })
+        // Files SQLite made before this version (or an older 0644 database) become owner-only too.
+        for suffix in ["-wal", "-shm"] {
+            let side = format!("{file}{suffix}");
+            if Path::new(&side).exists() {
+                private_file(Path::new(&side)).map_err(|e| StoreError::Io { file: side.clone(), message: e.to_string() })?;
+            }
+        }
+        let last_seq = conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM log", [], |r| r.get(0)).map_err(sql("read log length"))?;
+        Ok(Store { conn, file, last_seq, crash_after: None })
+    }
+
+    /// Returns the database file's path, for messages.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// Returns the sequence number of the last log entry (0 when the log is empty).
+    pub fn last_seq(&self) -> i64 {
+        self.last_seq
+    }
+
+    /// Fault injection (the fault simulation): after `appends` more appends, every append fails, as a process
+    /// killed at that point of the log would stop writing. `None` turns it off.
+    pub fn inject_crash_after(&mut self, appends: Option<u64>) {
+        self.crash_after = appends;
     }
 
     fn err(&self, op: &'static str) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
         move |source| StoreError::Sql { file: self.file.clone(), op, source }
     }
 
-    /// Appends one input at `at_ms` (committed when this returns).
-    pub fn append(&self, at_ms: i64, entry: &Entry) -> Result<(), StoreError> {
+    /// Appends one input at `at_ms`; committed when this returns. A failing write is retried a few times (a busy
+    /// or briefly failing disk) before the error is returned.
+    pub fn append(&mut self, at_ms: i64, entry: &Entry) -> Result<(), StoreError> {
         let text = serde_json::to_string(entry).map_err(|e| StoreError::Corrupt { file: self.file.clone(), seq: -1, message: e.to_string() })?;
-        self.conn
-            .prepare_cached("INSERT INTO log (at_ms, entry) VALUES (?1, ?2)")
-            .and_then(|mut s| s.execute(params![at_ms, text]))
-            .map_err(self.err("append to log"))?;
-        Ok(())
+        match &mut self.crash_after {
+            Some(0) => return Err(StoreError::Io { file: self.file.clone(), message: "injected crash".into() }),
+            Some(n) => *n -= 1,
+            None => {}
+        }
+        let mut tries = APPEND_RETRIES.iter();
+        loop {
+            let done = self.conn.prepare_cached("INSERT INTO log (at_ms, entry) VALUES (?1, ?2)").and_then(|mut s| s.execute(params![at_ms, text]));
+            match done {
+                Ok(_) => {
+                    self.last_seq = self.conn.last_insert_rowid();
+                    return Ok(());
+                }
+                Err(e) => match tries.next() {
+                    Some(&ms) => {
+                        eprintln!("spillway: store {}: append failed ({e}); retrying in {ms} ms", self.file);
+                        std::thread::sleep(Duration::from_millis(ms));
+                    }
+                    None => return Err(StoreError::Sql { file: self.file.clone(), op: "append to log", source: e }),
+                },
+            }
+        }
     }
 
-    /// Returns the whole log in order, as (time, entry).
-    pub fn load_log(&self) -> Result<Vec<(i64, Entry)>, StoreError> {
+    /// Returns the whole log in order, as (sequence number, time, entry).
+    pub fn load_log(&self) -> Result<Vec<(i64, i64, Entry)>, StoreError> {
         let mut stmt = self.conn.prepare("SELECT seq, at_ms, entry FROM log ORDER BY seq").map_err(self.err("read log"))?;
         let rows = stmt
             .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))
@@ -94,24 +154,9 @@ impl Store {
         for row in rows {
             let (seq, at, text) = row.map_err(self.err("read log"))?;
             let entry = serde_json::from_str(&text).map_err(|e| StoreError::Corrupt { file: self.file.clone(), seq, message: e.to_string() })?;
-            out.push((at, entry));
+            out.push((seq, at, entry));
         }
         Ok(out)
-    }
-
-    /// Records a node's agent token.
-    pub fn put_token(&self, node: u32, token: &str) -> Result<(), StoreError> {
-        self.conn
-            .execute("INSERT OR REPLACE INTO node_tokens (node, token) VALUES (?1, ?2)", params![node, token])
-            .map_err(self.err("save node token"))?;
-        Ok(())
-    }
-
-    /// Returns every node token.
-    pub fn tokens(&self) -> Result<BTreeMap<u32, String>, StoreError> {
-        let mut stmt = self.conn.prepare("SELECT node, token FROM node_tokens").map_err(self.err("read node tokens"))?;
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?))).map_err(self.err("read node tokens"))?;
-        rows.collect::<Result<_, _>>().map_err(self.err("read node tokens"))
     }
 
     /// Returns a setting.
@@ -120,6 +165,20 @@ impl Store {
             .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| r.get(0))
             .optional()
             .map_err(self.err("read setting"))
+    }
+
+    /// Sets a setting.
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)", params![key, value])
+            .map_err(self.err("write setting"))?;
+        Ok(())
+    }
+
+    /// Deletes a setting (absent is fine).
+    pub fn delete_meta(&self, key: &str) -> Result<(), StoreError> {
+        self.conn.execute("DELETE FROM meta WHERE key = ?1", params![key]).map_err(self.err("delete setting"))?;
+        Ok(())
     }
 
     /// Records the cumulative cost (JSON) at `at_ms`.
@@ -139,23 +198,16 @@ impl Store {
             .optional()
             .map_err(self.err("read cost snapshot"))
     }
-
-    /// Sets a setting.
-    pub fn set_meta(&self, key: &str, value: &str) -> Result<(), StoreError> {
-        self.conn
-            .execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)", params![key, value])
-            .map_err(self.err("write setting"))?;
-        Ok(())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use spillway_core::model::JobId;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
-    fn log_round_trips_in_order_across_reopen() {
+    fn log_round_trips_in_order_across_reopen_and_the_file_is_owner_only() {
         let dir = std::env::temp_dir().join(format!("spillway-store-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -176,20 +228,26 @@ mod tests {
             (5, Entry::Submit { spec, command: JobCommand { argv: vec!["true".into()], ..Default::default() } }),
             (7, Entry::Event(Event::CancelJob { job: JobId(0) })),
             (9, Entry::Wake),
+            (9, Entry::NodeToken { node: 2, hash: "ab".into() }),
         ];
         {
-            let s = Store::open(&path).unwrap();
+            let mut s = Store::open(&path).unwrap();
             for (t, e) in &entries {
                 s.append(*t, e).unwrap();
             }
-            s.put_token(3, "tok").unwrap();
+            assert_eq!(s.last_seq(), 4);
             s.set_meta("k", "v").unwrap();
         }
         let s = Store::open(&path).unwrap();
-        assert_eq!(s.load_log().unwrap(), entries);
-        assert_eq!(s.tokens().unwrap().get(&3).map(String::as_str), Some("tok"));
+        assert_eq!(s.last_seq(), 4);
+        let log: Vec<(i64, Entry)> = s.load_log().unwrap().into_iter().map(|(_, t, e)| (t, e)).collect();
+        assert_eq!(log, entries);
         assert_eq!(s.meta("k").unwrap().as_deref(), Some("v"));
         assert_eq!(s.meta("missing").unwrap(), None);
+        for f in ["s.db", "s.db-wal", "s.db-shm"] {
+            let mode = std::fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{f} is {mode:o}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,8 +1,8 @@
 //! What the API shows: engine jobs, nodes, pools and the ledger turned into the wire types of `spillway-api`.
 
 use crate::state::State;
-use spillway_api::{CostView, JobView, NodeView, PoolView};
-use spillway_core::{Job, JobState, Market, Node, NodeState, Time};
+use spillway_api::{CostView, EventView, JobView, NodeView, PoolView};
+use spillway_core::{DecisionKind, Job, JobState, Market, Node, NodeState, Time};
 
 /// Returns seconds since the epoch.
 fn secs(t: Time) -> f64 {
@@ -18,6 +18,88 @@ pub fn job_state(s: JobState) -> &'static str {
         JobState::Failed => "failed",
         JobState::Cancelled => "cancelled",
     }
+}
+
+/// Every job state, in the order of its life.
+pub const JOB_STATES: [JobState; 5] = [JobState::Queued, JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Cancelled];
+
+/// Returns the job state an API name (`queued`, ...) stands for, or `None` for a name no state has.
+pub fn parse_job_state(name: &str) -> Option<JobState> {
+    JOB_STATES.into_iter().find(|s| job_state(*s) == name)
+}
+
+/// Every kind of recorded decision. [`decision_kind`] matches exhaustively, so a new kind fails the build there
+/// until it is named; add it here too (a test checks the two agree with the engine's serialized names).
+pub const DECISION_KINDS: [DecisionKind; 12] = [
+    DecisionKind::JobStarted,
+    DecisionKind::JobPending,
+    DecisionKind::JobPreempted,
+    DecisionKind::JobRequeued,
+    DecisionKind::JobFinished,
+    DecisionKind::ScaleOut,
+    DecisionKind::ScaleOutBlocked,
+    DecisionKind::ScaleIn,
+    DecisionKind::LaunchFailed,
+    DecisionKind::NodeKept,
+    DecisionKind::Interruption,
+    DecisionKind::Fallback,
+];
+
+/// Returns the API name of a decision kind (`EventView::kind`).
+pub fn decision_kind(k: DecisionKind) -> &'static str {
+    match k {
+        DecisionKind::JobStarted => "job_started",
+        DecisionKind::JobPending => "job_pending",
+        DecisionKind::JobPreempted => "job_preempted",
+        DecisionKind::JobRequeued => "job_requeued",
+        DecisionKind::JobFinished => "job_finished",
+        DecisionKind::ScaleOut => "scale_out",
+        DecisionKind::ScaleOutBlocked => "scale_out_blocked",
+        DecisionKind::ScaleIn => "scale_in",
+        DecisionKind::LaunchFailed => "launch_failed",
+        DecisionKind::NodeKept => "node_kept",
+        DecisionKind::Interruption => "interruption",
+        DecisionKind::Fallback => "fallback",
+    }
+}
+
+/// One page of a list and the cursor of the next page (`None` on the last).
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
+
+/// Returns a page of the jobs `keep` accepts, newest first, starting at id `from` (inclusive; `None`: the newest):
+/// at most `limit` views, and no more once their names and argv reach about
+/// [`spillway_api::limits::MAX_PAGE_BYTES`]. The next cursor is the id of the next accepted job, if any. `keep`
+/// sees the engine's job, so a view (with its argv) is built only for jobs on the page.
+pub fn jobs_page(st: &State, from: Option<u32>, limit: usize, keep: impl Fn(&Job) -> bool) -> Page<JobView> {
+    let jobs = &st.engine.cluster().jobs;
+    let end = from.map_or(jobs.len(), |f| (f as usize).saturating_add(1).min(jobs.len()));
+    let mut rest = jobs[..end].iter().rev().filter(|j| keep(j));
+    let mut items = Vec::new();
+    let mut bytes = 0usize;
+    for j in rest.by_ref() {
+        let v = job(st, j);
+        bytes += v.name.len() + v.argv.iter().map(String::len).sum::<usize>();
+        items.push(v);
+        if items.len() >= limit || bytes >= spillway_api::limits::MAX_PAGE_BYTES {
+            break;
+        }
+    }
+    Page { items, next: rest.next().map(|j| j.id.0.to_string()) }
+}
+
+/// Returns a page of the recorded decisions `keep` accepts, oldest first, starting at sequence number `from`
+/// (inclusive; `None` or a number already dropped from memory: the oldest kept): at most `limit` of them. The
+/// next cursor is the sequence number of the next accepted decision, if any.
+pub fn events_page(st: &State, from: Option<u64>, limit: usize, keep: impl Fn(&EventView) -> bool) -> Page<EventView> {
+    let d = &st.decisions;
+    // Sequence numbers only grow along the deque, so the start is a binary search.
+    let start = from.map_or(0, |f| d.partition_point(|e| e.seq < f));
+    let mut rest = d.range(start..).filter(|e| keep(e));
+    let items = rest.by_ref().take(limit).cloned().collect();
+    Page { items, next: rest.next().map(|e| e.seq.to_string()) }
 }
 
 /// Returns the API name of a node state.
@@ -199,4 +281,24 @@ pub fn metrics(st: &State, now: Time) -> String {
         let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decision_kind_names_are_the_engine_names() {
+        for k in DECISION_KINDS {
+            assert_eq!(serde_json::to_value(k).ok(), Some(serde_json::Value::from(decision_kind(k))));
+        }
+    }
+
+    #[test]
+    fn job_state_names_round_trip() {
+        for s in JOB_STATES {
+            assert_eq!(parse_job_state(job_state(s)), Some(s));
+        }
+        assert_eq!(parse_job_state("done"), None);
+    }
 }

@@ -21,19 +21,25 @@ pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceErro
     for j in &trace.jobs {
         let spec = spec_of(j, cfg.start_ms);
         if let Err(e) = check_spec(cfg, &spec) {
-            let column = match e {
-                SubmitError::UnknownTier(..) => "tier",
-                SubmitError::Zero(c) => c,
-                SubmitError::TooLarge { .. } => "gpus",
-                SubmitError::NoSuchModel { .. } => "gpu_type",
-                SubmitError::OverQuota { .. } => "workers",
-            };
+            let column = trace_column(&e);
             return Err(TraceError::Row { file: trace.source.clone(), line: j.line, column: column.into(), message: e.to_string() });
         }
         out.push(SimJob { submit_ms: secs(j.submit_s), duration_ms: secs(j.duration_s).max(1), spec });
     }
     out.sort_by_key(|j| j.submit_ms);
     Ok(out)
+}
+
+/// Returns the trace column a refusal is about (the engine names spec fields; a trace names its columns).
+fn trace_column(e: &SubmitError) -> &'static str {
+    match e.field() {
+        "name" => "job_id",
+        "gpu_model" => "gpu_type",
+        "checkpoint_interval_ms" => "checkpoint_interval_s",
+        "expected_duration_ms" => "duration_s",
+        "deadline" => "deadline_s",
+        f => f,
+    }
 }
 
 /// Returns the engine spec of a trace job; `t0` is the instant second 0 of the trace maps to.

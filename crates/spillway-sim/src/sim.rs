@@ -298,14 +298,22 @@ impl<'a> Sim<'a> {
 
     fn submit(&mut self, i: usize) -> Result<(), SimError> {
         let j = &self.jobs[i];
-        let id = self
-            .engine
-            .submit(self.now, j.spec.clone())
-            .map_err(|e| SimError::Refused { name: j.spec.name.clone(), message: e.to_string() })?;
+        let (id, queued) = match self.engine.submit(self.now, j.spec.clone()) {
+            Ok(id) => (id, true),
+            // The input was checked against the main config; a reference policy's config (fixed-only, say) may
+            // have no pool that could ever hold the job. It fails at once, as the engine would refuse it, rather
+            // than ending the comparison; its id is still taken, so later ids match the input's order.
+            Err(e) => {
+                self.finished += 1;
+                (self.engine.submit_refused(self.now, j.spec.clone(), e.to_string()), false)
+            }
+        };
         let ck = self.engine.job(id).and_then(|x| x.checkpoint_interval_ms);
         debug_assert_eq!(id.0 as usize, self.truth.len());
         self.truth.push(Truth { remaining_ms: j.duration_ms, attempt_start: 0, checkpoint_ms: ck });
-        self.queued_gpus += (j.spec.gpus_per_worker * j.spec.workers) as i64;
+        if queued {
+            self.queued_gpus += (j.spec.gpus_per_worker * j.spec.workers) as i64;
+        }
         Ok(())
     }
 

@@ -77,6 +77,22 @@ fn every_run_completes_every_job_and_loses_none() {
     }
 }
 
+#[test]
+fn a_gang_a_reference_policy_can_never_hold_fails_there_and_the_comparison_goes_on() {
+    // 4 x 8 GPUs fits the cloud pools, not the 16 owned GPUs fixed-only keeps: that run fails it at submission
+    // (it would wait for ever, holding the owned nodes back from the job behind it) and still reports.
+    let cfg = example("alibaba-16gpu.toml");
+    let text = "job_id,submit_s,duration_s,gpus,workers,tier\ngang,0,600,8,4,p0\nsmall,10,600,1,1,p0\n";
+    let jobs = to_sim_jobs(&native::parse_str("jobs.csv", text).unwrap(), &cfg).unwrap_or_else(|e| panic!("{e}"));
+    let cmp = run(&cfg, &jobs, 1);
+    let report = |name: &str| cmp.report.runs.iter().find(|r| r.policy == name).unwrap_or_else(|| panic!("no {name} run"));
+    let fixed_only = report("fixed-only");
+    assert_eq!((fixed_only.jobs_failed, fixed_only.jobs_completed, fixed_only.jobs_unfinished), (1, 1, 0));
+    assert_eq!(fixed_only.tiers["p0"].queue_wait_s.p99, 0.0, "the small job starts at once");
+    let main = report("spillway");
+    assert_eq!((main.jobs_failed, main.jobs_completed), (0, 2));
+}
+
 // ---- Bad input ----
 
 /// The config the bad-input cases are checked against (largest node: 8 GPUs).

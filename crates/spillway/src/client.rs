@@ -238,15 +238,62 @@ impl Client {
         path: &str,
         res: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> anyhow::Result<Vec<u8>> {
+        self.finish_page(method, path, res).map(|(body, _)| body)
+    }
+
+    /// Returns the body of a 2xx answer and its next-page cursor (`X-Next-Cursor`, absent on a last page).
+    fn finish_page(
+        &self,
+        method: &str,
+        path: &str,
+        res: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> anyhow::Result<(Vec<u8>, Option<String>)> {
         let mut resp = res.map_err(|e| transport_error(&self.server, method, path, e))?;
         let status = resp.status().as_u16();
+        let next = resp
+            .headers()
+            .get(spillway_api::NEXT_CURSOR_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let body = resp
             .body_mut()
             .with_config()
             .limit(BODY_LIMIT)
             .read_to_vec()
             .map_err(|e| transport_error(&self.server, method, path, e))?;
-        if (200..300).contains(&status) { Ok(body) } else { Err(status_error(method, path, status, &body).into()) }
+        if (200..300).contains(&status) { Ok((body, next)) } else { Err(status_error(method, path, status, &body).into()) }
+    }
+
+    /// Returns up to `limit` items of a paged list (`GET /v1/jobs`, `GET /v1/events`) filtered by `query`: it asks
+    /// for pages of at most the server's maximum and follows `X-Next-Cursor` until it has `limit` items or the
+    /// server says there are no more.
+    pub fn get_list(&self, path: &str, query: &[(&str, String)], limit: usize) -> anyhow::Result<Vec<Value>> {
+        let mut items: Vec<Value> = Vec::new();
+        let mut cursor: Option<String> = None;
+        while items.len() < limit {
+            let page = (limit - items.len()).min(spillway_api::limits::MAX_PAGE_LIMIT);
+            let mut q: Vec<(&str, String)> = query.to_vec();
+            q.push(("limit", page.to_string()));
+            if let Some(c) = &cursor {
+                q.push(("cursor", c.clone()));
+            }
+            let mut req = self.agent.get(format!("{}{path}", self.server));
+            for (k, v) in &q {
+                req = req.query(*k, v);
+            }
+            if let Some(a) = self.auth() {
+                req = req.header(spillway_api::AUTH_HEADER, a);
+            }
+            let (body, next) = self.finish_page("GET", path, req.call())?;
+            let got: Vec<Value> = decode("GET", path, &body)?;
+            // A server that pages past what it was asked for still gives no more than `limit` in all.
+            items.extend(got.into_iter().take(limit - items.len()));
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        Ok(items)
     }
 
     /// Sends `GET path?query` and returns the 2xx body decoded as `T`.
@@ -327,6 +374,52 @@ mod tests {
         let (s, t) = resolve(Some("http://x:2".into()), None, &dir).ok().unwrap_or_default();
         assert_eq!((s.as_str(), t.as_deref()), ("http://x:2", Some("abc")));
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Serves `GET /v1/things?limit=N[&cursor=C]` over items 0..10 in pages of at most 3 (whatever `limit` asks),
+    /// with `X-Next-Cursor` while items remain; returns its URL and the request lines it saw.
+    fn paging_server() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                let mut line = String::new();
+                let _ = reader.read_line(&mut line);
+                while reader.read_line(&mut String::new()).is_ok_and(|n| n > 2) {}
+                let target = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                let q = target.split_once('?').map_or("", |(_, q)| q).to_string();
+                let get = |k: &str| q.split('&').find_map(|kv| kv.strip_prefix(&format!("{k}="))).and_then(|v| v.parse::<usize>().ok());
+                let from = get("cursor").unwrap_or(0);
+                let n = get("limit").unwrap_or(100).min(3);
+                let items: Vec<usize> = (from..10).take(n).collect();
+                let next = items.last().map(|l| l + 1).filter(|&c| c < 10);
+                let body = serde_json::to_string(&items).unwrap_or_default();
+                let header = next.map(|c| format!("x-next-cursor: {c}\r\n")).unwrap_or_default();
+                log.lock().map(|mut l| l.push(target)).ok();
+                let mut out = stream;
+                let _ = write!(out, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{header}content-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+            }
+        });
+        (url, seen)
+    }
+
+    #[test]
+    fn lists_follow_next_cursors_up_to_the_limit() {
+        let (url, seen) = paging_server();
+        let client = Client::new(&url, Some("t".into()));
+        let filter = [("state", "queued".to_string())];
+        let got = client.get_list("/v1/things", &filter, 5).unwrap_or_default();
+        assert_eq!(got, serde_json::json!([0, 1, 2, 3, 4]).as_array().cloned().unwrap_or_default());
+        let lines = seen.lock().map(|l| l.clone()).unwrap_or_default();
+        assert_eq!(lines, ["/v1/things?state=queued&limit=5", "/v1/things?state=queued&limit=2&cursor=3"]);
+        // Without more pages, the list ends before the limit.
+        let all = client.get_list("/v1/things", &[], 1000).unwrap_or_default();
+        assert_eq!(all.len(), 10);
+        assert_eq!(client.get_list("/v1/things", &[], 0).unwrap_or_default().len(), 0);
     }
 
     #[test]

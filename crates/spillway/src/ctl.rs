@@ -47,8 +47,9 @@ pub enum CtlCommand {
         pool: Option<String>,
         #[arg(long)]
         kind: Option<String>,
-        #[arg(long)]
-        limit: Option<u32>,
+        /// At most this many events, oldest first (the server's pages are followed up to it).
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
     },
     /// Cost so far (or over a window), in USD, broken down by team, tier, pool and market.
     Cost {
@@ -73,8 +74,9 @@ pub enum JobsCommand {
         team: Option<String>,
         #[arg(long)]
         tier: Option<String>,
-        #[arg(long)]
-        limit: Option<u32>,
+        /// At most this many jobs, newest first (the server's pages are followed up to it).
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
     },
     /// Show one job.
     Show { id: u32 },
@@ -192,9 +194,11 @@ pub struct JobFile {
     expected_duration_s: Option<f64>,
 }
 
-/// Returns the job file parsed from `text`; errors name `path`, the line and the field at fault.
+/// Returns the job file parsed from `text`; errors name `path`, the line and the field at fault. A NaN or
+/// infinite number is refused: JSON has no such numbers, so it would reach the daemon as `null` and the field
+/// would be silently dropped.
 pub fn parse_job_file(path: &Path, text: &str) -> Result<JobFile> {
-    toml::from_str(text).map_err(|e| {
+    let file: JobFile = toml::from_str(text).map_err(|e| {
         let at = e.span().map(|s| {
             let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
             let key = text.lines().nth(line - 1).and_then(|l| l.split_once('=')).map(|(k, _)| k.trim().to_string());
@@ -203,8 +207,13 @@ pub fn parse_job_file(path: &Path, text: &str) -> Result<JobFile> {
                 _ => format!("line {line}: "),
             }
         });
-        CliError::new(EXIT_OTHER, format!("{}: {}{}", path.display(), at.unwrap_or_default(), e.message())).into()
-    })
+        CliError::new(EXIT_OTHER, format!("{}: {}{}", path.display(), at.unwrap_or_default(), e.message()))
+    })?;
+    if let Some(bad) = spillway_core::config::first_non_finite(text) {
+        let msg = format!("{}: line {}, field `{}`: {}", path.display(), bad.line, bad.key, bad.message());
+        return Err(CliError::new(EXIT_OTHER, msg).into());
+    }
+    Ok(file)
 }
 
 /// Returns the submission: the job file (if any) with the flags laid over it.
@@ -257,13 +266,9 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
             let now = now();
             match command {
                 JobsCommand::Ls { state, team, tier, limit } => {
-                    let q = query(&[
-                        ("state", state),
-                        ("team", team),
-                        ("tier", tier),
-                        ("limit", limit.map(|l| l.to_string())),
-                    ]);
-                    show(client.get_json("/v1/jobs", &q)?, conn.output, |js: Vec<JobView>| jobs_table(&js, now))
+                    let q = query(&[("state", state), ("team", team), ("tier", tier)]);
+                    let jobs = client.get_list("/v1/jobs", &q, limit as usize)?;
+                    show(Value::Array(jobs), conn.output, |js: Vec<JobView>| jobs_table(&js, now))
                 }
                 JobsCommand::Show { id } => {
                     show(client.get_json(&format!("/v1/jobs/{id}"), &[])?, conn.output, |j: JobView| {
@@ -315,9 +320,9 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
                 ("node", node.map(|n| n.to_string())),
                 ("pool", pool),
                 ("kind", kind),
-                ("limit", limit.map(|l| l.to_string())),
             ]);
-            show(client.get_json("/v1/events", &q)?, conn.output, |e: Vec<EventView>| events_table(&e))
+            let events = client.get_list("/v1/events", &q, limit as usize)?;
+            show(Value::Array(events), conn.output, |e: Vec<EventView>| events_table(&e))
         }
         CtlCommand::Cost { conn, since, until } => {
             let client = connect(&conn)?;

@@ -27,6 +27,19 @@ fn unknown_fields_and_bad_types_are_named() {
 }
 
 #[test]
+fn non_finite_numbers_are_refused_not_dropped() {
+    for (text, field, what) in [
+        ("tier = \"p1\"\ncheckpoint_interval_s = nan\n", "checkpoint_interval_s", "nan is not a number"),
+        ("deadline_s = inf\n", "deadline_s", "inf is not a finite number"),
+        ("expected_duration_s = -inf\n", "expected_duration_s", "-inf is not a finite number"),
+    ] {
+        let e = parse_job_file(Path::new("job.toml"), text).err().map(|e| e.to_string()).unwrap_or_default();
+        let line = text.lines().position(|l| l.starts_with(field)).map_or(0, |i| i + 1);
+        assert_eq!(e, format!("job.toml: line {line}, field `{field}`: {what}"));
+    }
+}
+
+#[test]
 fn flags_override_the_file() {
     let f = parse_job_file(Path::new("job.toml"), GOOD).unwrap_or_default();
     let args = SubmitArgs {

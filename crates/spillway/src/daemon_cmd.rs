@@ -32,6 +32,17 @@ pub struct ServerArgs {
     /// On a graceful stop leave the nodes running (a restarted daemon adopts them); default: terminate them.
     #[arg(long)]
     keep_nodes: bool,
+    /// Start over when the store lost data (empty, replaced, or shorter than the data directory remembers); the
+    /// old store is set aside as spillway.db.replaced-PID. Without it the daemon refuses to start on such a store.
+    #[arg(long)]
+    reinit: bool,
+    /// Run jobs as this Unix user (the daemon must run as root): jobs cannot read the daemon's data dir, tokens or
+    /// each other's files. Without it jobs run as the daemon's user and can read what it can.
+    #[arg(long, value_name = "USER")]
+    run_as: Option<String>,
+    /// Where jobs' checkpoint and log directories live (default: <data-dir>/jobs, or <data-dir>-jobs with --run-as).
+    #[arg(long, value_name = "DIR")]
+    jobs_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -52,9 +63,10 @@ pub struct AgentArgs {
     server: String,
     #[arg(long)]
     node: u32,
-    /// The node token (the local provider passes it in the environment, out of `ps`).
-    #[arg(long, env = "SPILLWAY_AGENT_TOKEN", hide_env_values = true)]
-    token: String,
+    /// Read the node token from the first line of stdin (as the local provider passes it). The only way in: the
+    /// agent's command line and environment are readable by its jobs.
+    #[arg(long)]
+    token_stdin: bool,
     #[arg(long)]
     gpus: u32,
     #[arg(long)]
@@ -63,18 +75,26 @@ pub struct AgentArgs {
     boot_delay_s: f64,
     #[arg(long, default_value_t = 500)]
     heartbeat_ms: u64,
+    /// Run jobs as this Unix user (the agent must run as root).
+    #[arg(long)]
+    run_as: Option<String>,
 }
 
 /// Runs the node agent until its node is terminated.
 pub fn agent(a: AgentArgs) -> Result<()> {
+    if !a.token_stdin {
+        anyhow::bail!("the node token comes on stdin: pass --token-stdin and write the token and a newline");
+    }
+    let token = spillway_agent::read_token(std::io::stdin().lock())?;
     spillway_agent::run(spillway_agent::AgentArgs {
         server: a.server,
         node: a.node,
-        token: a.token,
+        token,
         gpus: a.gpus,
         data_dir: a.data_dir,
         boot_delay_s: a.boot_delay_s,
         heartbeat_ms: a.heartbeat_ms,
+        run_as: a.run_as,
     })
 }
 
@@ -118,9 +138,9 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
     };
     // Check the config before anything starts, so a typo is a clear error and not a half-started daemon.
     spillway_core::Config::parse(&name, &text)?;
-    std::fs::create_dir_all(&a.data_dir).with_context(|| format!("creating {}", a.data_dir.display()))?;
+    spillway_server::datadir::private_dir(&a.data_dir).with_context(|| format!("creating {}", a.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&a.data_dir).with_context(|| format!("resolving {}", a.data_dir.display()))?;
-    std::fs::write(data_dir.join("train.py"), TRAIN_PY).context("writing train.py into the data directory")?;
+    spillway_server::datadir::write_private(&data_dir.join("train.py"), TRAIN_PY.as_bytes()).context("writing train.py into the data directory")?;
     let exe = std::env::current_exe().context("locating the spillway binary for agents")?;
     let opts = ServeOptions {
         daemon: DaemonOptions {
@@ -129,6 +149,9 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
             boot_grace: Duration::from_secs(60),
             tick: Duration::from_millis(200),
             seed: a.seed,
+            jobs_dir: a.jobs_dir.clone(),
+            reinit: a.reinit,
+            run_as: a.run_as.clone(),
         },
         config_name: name,
         config_text: text,
@@ -151,11 +174,7 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
             }
             eprintln!("spillway: stopping");
         };
-        let dir = data_dir.clone();
         spillway_server::serve(opts, move |s| {
-            if let Err(e) = write_client_files(&dir, s) {
-                eprintln!("spillway: {e:#}");
-            }
             let stop: Box<dyn Fn() + Send> = Box::new(move || {
                 let _ = tx.send(());
             });
@@ -163,17 +182,4 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
         }, shutdown)
         .await
     })
-}
-
-/// Writes `client.json` (server and admin token, read by the CLI) and `tokens.json` (every token), owner-only.
-fn write_client_files(dir: &std::path::Path, s: &Started) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let write = |name: &str, v: serde_json::Value| -> Result<()> {
-        let path = dir.join(name);
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path).with_context(|| format!("writing {}", path.display()))?;
-        std::io::Write::write_all(&mut f, serde_json::to_string_pretty(&v)?.as_bytes())?;
-        Ok(())
-    };
-    write("client.json", serde_json::json!({"server": s.url, "token": s.admin_token}))?;
-    write("tokens.json", serde_json::json!({"server": s.url, "admin": s.admin_token, "teams": s.team_tokens}))
 }

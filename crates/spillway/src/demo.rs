@@ -68,7 +68,7 @@ pub fn run(url: &str, token: &str, data_dir: &Path) -> Result<()> {
     let mut interrupted = false;
     loop {
         std::thread::sleep(Duration::from_secs(1));
-        let events: Vec<EventView> = api.get("/v1/events?limit=500")?;
+        let events: Vec<EventView> = api.get(&format!("/v1/events?limit=1000&cursor={seen}"))?;
         let from = seen;
         for e in events.iter().filter(|e| e.seq >= from) {
             if matches!(e.kind.as_str(), "scale_out" | "scale_in" | "interruption" | "job_requeued" | "fallback") || e.kind == "job_started" && e.detail.contains("attempt 2") {
@@ -85,7 +85,7 @@ pub fn run(url: &str, token: &str, data_dir: &Path) -> Result<()> {
                 interrupted = true;
             }
         }
-        let jobs: Vec<JobView> = api.get("/v1/jobs?limit=100000")?;
+        let jobs: Vec<JobView> = api.get("/v1/jobs?limit=1000")?;
         let done = jobs.iter().filter(|j| ids.contains(&j.id)).all(|j| matches!(j.state.as_str(), "succeeded" | "failed" | "cancelled"));
         let pools: Vec<PoolView> = api.get("/v1/pools")?;
         let cloud_nodes: u32 = pools.iter().filter(|p| p.market != "fixed").map(|p| p.nodes).sum();

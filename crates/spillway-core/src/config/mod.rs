@@ -1,12 +1,14 @@
 //! The cluster configuration (TOML): tiers, teams, instance types, pools, scheduled policies and engine policy.
 //! [`Config::parse`] reads and validates it; every error names the key and, where it can, the line.
 
+mod finite;
 mod locate;
 mod validate;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
+pub use finite::{NonFinite, first_non_finite};
 pub use validate::ConfigError;
 
 /// Where a pool's nodes come from and how they are paid for.
@@ -365,9 +367,13 @@ pub struct Config {
 }
 
 impl Config {
-    /// Parses and validates a TOML config; `file` names it in errors.
+    /// Parses and validates a TOML config; `file` names it in errors. A NaN or infinite number anywhere is
+    /// refused with its key path (`pools[1].idle_timeout_s: nan is not a number`).
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::from_toml(file, text, &e))?;
+        if let Some(bad) = first_non_finite(text) {
+            return Err(ConfigError { file: file.into(), message: bad.message(), key: bad.key, line: Some(bad.line) });
+        }
         validate::resolve(file, text, raw)
     }
 
@@ -399,6 +405,84 @@ impl Config {
         }
         best
     }
+}
+
+/// The largest gang one pool could ever hold, from [`Config::largest_gang`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GangRoom {
+    /// Workers the pool could hold at once with all its nodes empty (saturated at `u32::MAX`).
+    pub workers: u32,
+    /// Index into `Config::pools`.
+    pub pool: usize,
+    /// Nodes counted: a fixed pool's nodes of a matching model that hold a worker; a cloud pool's `max_nodes`.
+    pub nodes: u32,
+    /// A cloud pool's workers per node (its best instance type); `None` for a fixed pool, whose nodes may differ.
+    pub per_node: Option<u32>,
+}
+
+impl Config {
+    /// Returns the largest gang of workers of `gpus_per_worker` GPUs (of `gpu_model`, or any) that a job of `tier`
+    /// could ever run, with the pool that holds it (the earlier pool on a tie), or `None` when no pool the job may
+    /// use holds even one worker (also for an unknown tier or 0 GPUs). It mirrors the scheduler's placement: a gang
+    /// runs within one pool and several workers may share a node, so a fixed pool holds the sum over its nodes of
+    /// a matching model of floor(node GPUs / gpus_per_worker), and a cloud pool `max_nodes` times the best
+    /// floor(GPUs / gpus_per_worker) of its instance types sold in its market with a matching model. Spot pools
+    /// count only for an `interruptible` job. The bounds are the config's as they stand (a shell's
+    /// `SetPoolBounds` changes them in the engine's copy), not those of schedule windows, which close again.
+    pub fn largest_gang(&self, tier: usize, gpus_per_worker: u32, gpu_model: Option<&str>, interruptible: bool) -> Option<GangRoom> {
+        let markets = &self.tiers.get(tier)?.markets;
+        if gpus_per_worker == 0 {
+            return None;
+        }
+        let usable = |m: Market| markets.contains(&m) && (m != Market::Spot || interruptible);
+        let mut best: Option<GangRoom> = None;
+        for (i, pool) in self.pools.iter().enumerate().filter(|(_, p)| usable(p.market)) {
+            let room = match pool.market {
+                Market::Fixed => self.fixed_gang_room(i, gpus_per_worker, gpu_model),
+                _ => self.cloud_gang_room(i, gpus_per_worker, gpu_model),
+            };
+            if room.workers > 0 && best.is_none_or(|b| room.workers > b.workers) {
+                best = Some(room);
+            }
+        }
+        best
+    }
+
+    /// Returns what fixed pool `pool` holds of workers of `g` (> 0) GPUs of `model`, all its nodes empty.
+    fn fixed_gang_room(&self, pool: usize, g: u32, model: Option<&str>) -> GangRoom {
+        // Counts in u64: a group's count times its workers per node can pass u32 in a hostile config.
+        let (mut workers, mut nodes) = (0u64, 0u64);
+        for n in self.pools[pool].nodes.iter().filter(|n| crate::schedule::model_fits(model, &n.gpu_model)) {
+            let per = u64::from(n.gpus / g);
+            if per > 0 {
+                workers = workers.saturating_add(u64::from(n.count).saturating_mul(per));
+                nodes = nodes.saturating_add(u64::from(n.count));
+            }
+        }
+        GangRoom { workers: saturate(workers), pool, nodes: saturate(nodes), per_node: None }
+    }
+
+    /// Returns what cloud pool `pool` could hold of workers of `g` (> 0) GPUs of `model` at its max, all of its
+    /// nodes of its best type for them.
+    fn cloud_gang_room(&self, pool: usize, g: u32, model: Option<&str>) -> GangRoom {
+        let p = &self.pools[pool];
+        let per_node = p
+            .instance_types
+            .iter()
+            .filter_map(|n| self.instance_type_index(n))
+            .map(|i| &self.instance_types[i])
+            .filter(|it| it.price_usd_per_hour(p.market).is_some() && crate::schedule::model_fits(model, &it.gpu_model))
+            .map(|it| it.gpus / g)
+            .max()
+            .unwrap_or(0);
+        let workers = u64::from(p.max_nodes) * u64::from(per_node);
+        GangRoom { workers: saturate(workers), pool, nodes: p.max_nodes, per_node: Some(per_node) }
+    }
+}
+
+/// Returns `n` as a `u32`, saturating.
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// The model name fixed nodes get when the config names none; jobs of any GPU type fit it.

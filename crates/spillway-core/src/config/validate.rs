@@ -99,7 +99,9 @@ fn resolve_tiers(cx: &Ctx, raw: &RawConfig) -> Result<Vec<Tier>, ConfigError> {
         let t = &mut tiers[slot];
         let secs = |key: &str, v: Option<f64>, min: f64| -> Result<Option<f64>, ConfigError> {
             match v {
-                Some(x) if !(x >= min) => Err(cx.err(&table, None, key, format!("must be a number >= {min}, got {x}"))),
+                Some(x) if !(x >= min && x.is_finite()) => {
+                    Err(cx.err(&table, None, key, format!("must be a finite number >= {min}, got {x}")))
+                }
                 other => Ok(other),
             }
         };
@@ -180,6 +182,7 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
         if !seen.insert(&p.name) {
             return Err(e(i, "name", format!("pool `{}` is defined twice", p.name)));
         }
+        check_pool_numbers(cx, i, p)?;
         if p.market == Market::Fixed {
             if p.nodes.is_empty() {
                 return Err(e(i, "nodes", format!("fixed pool `{}` lists no nodes", p.name)));
@@ -189,9 +192,6 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
             }
             if let Some(n) = p.nodes.iter().find(|n| n.gpus == 0) {
                 return Err(e(i, "nodes", format!("a node group of {} nodes has 0 GPUs", n.count)));
-            }
-            if !(p.gpu_usd_per_hour >= 0.0 && p.gpu_usd_per_hour.is_finite()) {
-                return Err(e(i, "gpu_usd_per_hour", "must be a price >= 0".into()));
             }
             continue;
         }
@@ -217,20 +217,6 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
         if p.max_nodes == 0 {
             return Err(e(i, "max_nodes", "a cloud pool needs max_nodes >= 1".into()));
         }
-        for (key, v) in [
-            ("boot_latency_s", p.boot_latency_s),
-            ("idle_timeout_s", p.idle_timeout_s),
-            ("scale_out_cooldown_s", p.scale_out_cooldown_s),
-            ("scale_in_cooldown_s", p.scale_in_cooldown_s),
-            ("max_step_fraction", p.max_step_fraction),
-            ("boot_jitter", p.boot_jitter),
-            ("interruption_notice_s", p.interruption_notice_s),
-            ("interruption_rate_per_hour", p.interruption_rate_per_hour),
-        ] {
-            if !(v >= 0.0 && v.is_finite()) {
-                return Err(e(i, key, format!("must be a finite number >= 0, got {v}")));
-            }
-        }
         if let Some(pr) = &p.predictive {
             if crate::autoscale::forecast::steps_per_day(pr.bucket_s).is_err() {
                 return Err(e(i, "predictive", format!("bucket_s {} must divide a day into at least 2 buckets", pr.bucket_s)));
@@ -245,6 +231,10 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
             }
             if !(b.hold_s >= 0.0 && b.hold_s.is_finite()) || b.adjust_nodes == 0 {
                 return Err(e(i, "step_scaling", "a band needs hold_s >= 0 and a non-zero adjust_nodes".into()));
+            }
+            // A threshold outside [0, 1] is a band that can never fire (utilization is a share).
+            if let Some(v) = b.above.or(b.below).filter(|v| !(0.0..=1.0).contains(v)) {
+                return Err(e(i, "step_scaling", format!("a band's `above` or `below` is a utilization in [0, 1], got {v}")));
             }
         }
         if p.target_gpu_utilization.is_some_and(|t| !(t > 0.0 && t <= 1.0)) {
@@ -261,6 +251,30 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
         if !raw.pools.iter().any(|p| t.markets.contains(&p.market)) {
             let table = format!("tiers.{}", t.name);
             return Err(cx.err(&table, None, "markets", format!("tier `{}` may run on no pool of this config", t.name)));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a pool's numbers that must be finite and non-negative, whatever its market (a fixed pool ignores most
+/// of them, but a value written must still make sense).
+fn check_pool_numbers(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigError> {
+    if !(p.gpu_usd_per_hour >= 0.0 && p.gpu_usd_per_hour.is_finite()) {
+        return Err(cx.err("pools", Some(i), "gpu_usd_per_hour", "must be a price >= 0".into()));
+    }
+    for (key, v) in [
+        ("boot_latency_s", p.boot_latency_s),
+        ("idle_timeout_s", p.idle_timeout_s),
+        ("scale_out_cooldown_s", p.scale_out_cooldown_s),
+        ("scale_in_cooldown_s", p.scale_in_cooldown_s),
+        ("max_step_fraction", p.max_step_fraction),
+        ("boot_jitter", p.boot_jitter),
+        ("interruption_notice_s", p.interruption_notice_s),
+        ("interruption_rate_per_hour", p.interruption_rate_per_hour),
+        ("utilization_warmup_s", p.utilization_warmup_s),
+    ] {
+        if !(v >= 0.0 && v.is_finite()) {
+            return Err(cx.err("pools", Some(i), key, format!("must be a finite number >= 0, got {v}")));
         }
     }
     Ok(())

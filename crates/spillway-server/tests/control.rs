@@ -1,0 +1,126 @@
+//! The daemon's state machine on its own (no HTTP, no processes): what a node's agent is told to run after a
+//! restart, and what a node's token may report.
+
+use rand::SeedableRng;
+use spillway_api::{Heartbeat, WorkerExit, WorkerRef};
+use spillway_core::{Config, Engine, JobId, JobSpec, JobState, Time};
+use spillway_server::state::{Effect, State, StateOptions};
+use spillway_server::store::{Entry, JobCommand, Store};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const CONFIG: &str = include_str!("../../../examples/local.toml");
+const T0: Time = 1_800_000_000_000;
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("spillway-control-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Opens the daemon's state on `dir` at `now`, replayed and reconciled against no instances; returns it and the
+/// agent token each owned node's (re)launch got.
+fn open(dir: &Path, now: Time) -> (State, BTreeMap<u32, String>) {
+    let store = Store::open(&dir.join("spillway.db")).unwrap();
+    let cfg = Config::parse("local.toml", CONFIG).unwrap();
+    let opts = StateOptions { jobs_dir: dir.join("jobs"), cluster_id: "c".into(), heartbeat_timeout_ms: 3_000, boot_grace_ms: 5_000, reconcile_every_ms: 60_000 };
+    let mut st = State::new(Engine::new(cfg, T0), store, opts, now);
+    st.replay().unwrap();
+    st.reconcile(now, &[], now, true).unwrap();
+    let mut tokens = BTreeMap::new();
+    for e in std::mem::take(&mut st.effects) {
+        if let Effect::Launch { node, token } = e {
+            tokens.insert(node, token);
+            st.launch_result(now, node, Ok(format!("i-{node}"))).unwrap();
+        }
+    }
+    (st, tokens)
+}
+
+fn spec(workers: u32) -> JobSpec {
+    JobSpec {
+        name: "j".into(),
+        tier: "p0".into(),
+        team: "research".into(),
+        gpus_per_worker: 4,
+        workers,
+        gpu_model: None,
+        interruptible: None,
+        checkpoint_interval_ms: None,
+        deadline: None,
+        expected_duration_ms: None,
+    }
+}
+
+fn beat(st: &mut State, now: Time, node: u32, seq: u64, running: Vec<WorkerRef>, exited: Vec<WorkerExit>) -> spillway_api::HeartbeatReply {
+    let hb = Heartbeat { node, seq, applied: seq.saturating_sub(1), running, exited, ..Default::default() };
+    st.heartbeat(now, &hb).unwrap().expect("the node is alive")
+}
+
+#[test]
+fn a_finished_job_is_never_handed_out_again_after_a_restart() {
+    let d = dir("finished");
+    let (mut st, tokens) = open(&d, T0);
+    assert_eq!(tokens.len(), 2, "both owned nodes get an agent with a fresh token");
+    st.apply(T0, Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["true".into()], ..Default::default() } }).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    st.tick(T0 + 100, 100, &mut rng).unwrap();
+    let job = st.engine.job(JobId(0)).unwrap();
+    assert_eq!(job.state, JobState::Running);
+    let node = job.placement[0].0.0;
+    let reply = beat(&mut st, T0 + 200, node, 1, vec![], vec![]);
+    let w = reply.run.first().expect("the job is handed to its node").worker;
+    beat(&mut st, T0 + 300, node, 2, vec![w], vec![]);
+    let reply = beat(&mut st, T0 + 400, node, 3, vec![], vec![WorkerExit { worker: w, code: Some(0), success: true }]);
+    assert_eq!(reply.acked_exits, vec![w]);
+    assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Succeeded);
+    drop(st);
+    // The restarted daemon (new agents, as after `spillway up` stops and starts) never hands the job out again.
+    let (mut st, _) = open(&d, T0 + 10_000);
+    assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Succeeded);
+    for n in 0..2 {
+        let reply = beat(&mut st, T0 + 10_100, n, 1, vec![], vec![]);
+        assert!(reply.run.is_empty(), "node {n} was told to run {:?}", reply.run);
+    }
+}
+
+#[test]
+fn a_node_reports_only_for_the_workers_placed_on_it() {
+    let d = dir("others");
+    let (mut st, tokens) = open(&d, T0);
+    st.apply(T0, Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["sleep".into()], ..Default::default() } }).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    st.tick(T0 + 100, 100, &mut rng).unwrap();
+    let node = st.engine.job(JobId(0)).unwrap().placement[0].0.0;
+    let other = 1 - node;
+    assert_eq!(st.node_of_token(&tokens[&other]), Some(other));
+    let w = WorkerRef { job: 0, attempt: 1, rank: 0 };
+    // The other node's token reports the job's worker as failed: acknowledged, and nothing changes.
+    let reply = beat(&mut st, T0 + 200, other, 1, vec![], vec![WorkerExit { worker: w, code: Some(1), success: false }]);
+    assert_eq!(reply.acked_exits, vec![w]);
+    assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Running);
+    // Its checkpoint reports are ignored too, and it is told to stop a worker it runs that is not its own.
+    let reply = beat(&mut st, T0 + 300, other, 2, vec![w], vec![]);
+    assert_eq!(reply.stop.iter().map(|s| s.worker).collect::<Vec<_>>(), vec![w]);
+    assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Running);
+    // A stale heartbeat (an older seq) is ignored.
+    let reply = beat(&mut st, T0 + 350, other, 1, vec![], vec![WorkerExit { worker: w, code: Some(1), success: false }]);
+    assert!(reply.acked_exits.is_empty() && reply.run.is_empty());
+}
+
+#[test]
+fn a_replayed_submission_the_engine_now_refuses_becomes_a_failed_job_and_ids_stay_aligned() {
+    let d = dir("refused");
+    {
+        // An older version logged a job no pool could ever hold, then a good one.
+        let mut store = Store::open(&d.join("spillway.db")).unwrap();
+        let cmd = JobCommand { argv: vec!["true".into()], ..Default::default() };
+        store.append(T0, &Entry::Submit { spec: spec(u32::MAX), command: cmd.clone() }).unwrap();
+        store.append(T0, &Entry::Submit { spec: spec(1), command: cmd }).unwrap();
+    }
+    let (st, _) = open(&d, T0 + 1_000);
+    assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Failed);
+    assert_eq!(st.engine.job(JobId(1)).unwrap().state, JobState::Queued);
+    assert!(st.decisions.iter().any(|e| e.reason == "refused_on_replay" && e.subject == "job:0"), "no event records the refusal");
+}
