@@ -157,7 +157,10 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
             };
             let c = client.clone();
             match std::thread::Builder::new().name("spillway-heartbeat".into()).spawn(move || c.heartbeat(&hb)) {
-                Ok(handle) => in_flight = Some(InFlight { handle, checkpoints: state.pending_checkpoints.clone(), seq: state.seq }),
+                Ok(handle) => {
+                    in_flight =
+                        Some(InFlight { handle, checkpoints: state.pending_checkpoints.clone(), seq: state.seq })
+                }
                 Err(e) => eprintln!("agent node {node}: cannot start heartbeat thread: {e}"),
             }
         }

@@ -35,8 +35,19 @@ fn workers_get_a_clean_environment() {
     assert!(env.lines().any(|l| l == format!("PATH={path}")), "the agent's PATH, to find programs:\n{env}");
     // Nothing else, bar the PWD the shell sets itself.
     let allowed = [
-        "PATH", "PWD", "JOB_VAR", "SPILLWAY_JOB_ID", "SPILLWAY_ATTEMPT", "SPILLWAY_NODE", "SPILLWAY_CHECKPOINT_DIR",
-        "CUDA_VISIBLE_DEVICES", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+        "PATH",
+        "PWD",
+        "JOB_VAR",
+        "SPILLWAY_JOB_ID",
+        "SPILLWAY_ATTEMPT",
+        "SPILLWAY_NODE",
+        "SPILLWAY_CHECKPOINT_DIR",
+        "CUDA_VISIBLE_DEVICES",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
     ];
     for line in env.lines() {
         let name = line.split('=').next().unwrap_or_default();

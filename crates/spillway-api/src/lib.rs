@@ -83,7 +83,8 @@ impl JobSubmit {
     /// or GPU model exist is the daemon's business.
     pub fn check(&self) -> Result<(), ErrorBody> {
         use limits::*;
-        let opt = |field: &str, v: &Option<String>, max: usize| v.as_deref().map_or(Ok(()), |v| check_str(field, v, max));
+        let opt =
+            |field: &str, v: &Option<String>, max: usize| v.as_deref().map_or(Ok(()), |v| check_str(field, v, max));
         opt("name", &self.name, MAX_NAME_BYTES)?;
         check_str("tier", &self.tier, MAX_LABEL_BYTES)?;
         opt("team", &self.team, MAX_LABEL_BYTES)?;
@@ -93,7 +94,13 @@ impl JobSubmit {
         check_count("workers", self.workers.unwrap_or(1), MAX_WORKERS)?;
         check_argv(&self.argv)?;
         check_env(&self.env)?;
-        check_secs("checkpoint_interval_s", self.checkpoint_interval_s, MIN_CHECKPOINT_INTERVAL_S, true, MAX_CHECKPOINT_INTERVAL_S)?;
+        check_secs(
+            "checkpoint_interval_s",
+            self.checkpoint_interval_s,
+            MIN_CHECKPOINT_INTERVAL_S,
+            true,
+            MAX_CHECKPOINT_INTERVAL_S,
+        )?;
         check_secs("deadline_s", self.deadline_s, 0.0, false, MAX_DURATION_S)?;
         check_secs("expected_duration_s", self.expected_duration_s, 0.0, false, MAX_DURATION_S)
     }
@@ -156,7 +163,10 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), ErrorBody> {
     }
     for (k, v) in env {
         if k.len() > MAX_ENV_KEY_BYTES {
-            return Err(refuse("env", format!("an env name is {} bytes, more than the limit of {MAX_ENV_KEY_BYTES}", k.len())));
+            return Err(refuse(
+                "env",
+                format!("an env name is {} bytes, more than the limit of {MAX_ENV_KEY_BYTES}", k.len()),
+            ));
         }
         if !env_name(k) {
             // The name goes into the message escaped, so a control character cannot garble a terminal.

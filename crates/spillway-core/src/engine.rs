@@ -50,10 +50,14 @@ impl SubmitError {
     pub fn field(&self) -> &'static str {
         match self {
             SubmitError::UnknownTier(..) => "tier",
-            SubmitError::Zero(f) | SubmitError::TooLong { field: f, .. } | SubmitError::OutOfRange { field: f, .. } => f,
+            SubmitError::Zero(f) | SubmitError::TooLong { field: f, .. } | SubmitError::OutOfRange { field: f, .. } => {
+                f
+            }
             SubmitError::TooLarge { .. } => "gpus",
             SubmitError::NoSuchModel { .. } => "gpu_type",
-            SubmitError::OverQuota { .. } | SubmitError::GangOverflow { .. } | SubmitError::GangTooLarge { .. } => "workers",
+            SubmitError::OverQuota { .. } | SubmitError::GangOverflow { .. } | SubmitError::GangTooLarge { .. } => {
+                "workers"
+            }
         }
     }
 }
@@ -121,7 +125,8 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     }
     let need = gang_gpus(spec)?;
     check_gang_fits(cfg, tier, spec)?;
-    if let Some(quota) = cfg.teams.iter().find(|t| t.name == spec.team).and_then(|t| t.quota_gpus).filter(|&q| need > q) {
+    if let Some(quota) = cfg.teams.iter().find(|t| t.name == spec.team).and_then(|t| t.quota_gpus).filter(|&q| need > q)
+    {
         return Err(SubmitError::OverQuota { need, team: spec.team.clone(), quota });
     }
     Ok(tier)
@@ -179,13 +184,21 @@ fn check_gang_fits(cfg: &Config, tier: usize, spec: &JobSpec) -> Result<(), Subm
             format!(" (pool {}: {} on {})", cfg.pools[pool].name, count(largest, "worker"), count(nodes, "node"))
         }
         // Only spot could hold a worker: say so, since the job (or its tier) is what keeps it off spot.
-        None if !interruptible && cfg.largest_gang(tier, spec.gpus_per_worker, spec.gpu_model.as_deref(), true).is_some() => {
+        None if !interruptible
+            && cfg.largest_gang(tier, spec.gpus_per_worker, spec.gpu_model.as_deref(), true).is_some() =>
+        {
             " (only spot pools hold a worker of this size, and the job is not interruptible)".to_string()
         }
         // Otherwise the pools whose nodes would hold a worker may have none now (max_nodes lowered to 0).
         None => " (no pool it may use may have a node now that holds a worker of this size)".to_string(),
     };
-    Err(SubmitError::GangTooLarge { workers: spec.workers, gpus: spec.gpus_per_worker, tier: t.name.clone(), largest, room })
+    Err(SubmitError::GangTooLarge {
+        workers: spec.workers,
+        gpus: spec.gpus_per_worker,
+        tier: t.name.clone(),
+        largest,
+        room,
+    })
 }
 
 /// The engine. Deterministic: the same config, start time and event sequence give the same actions.
@@ -202,7 +215,8 @@ pub struct Engine {
     pub(crate) pool_order: Vec<Vec<usize>>,
     pub(crate) schedules: Vec<crate::scale::Window>,
     /// Per pool: step-scaling policy and its band state (pools without bands have none).
-    pub(crate) steps: Vec<Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)>>,
+    pub(crate) steps:
+        Vec<Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)>>,
     /// Per pool: demand history and forecaster for predictive scaling.
     pub(crate) history: Vec<crate::policies::DemandHistory>,
     dirty: bool,
@@ -295,8 +309,7 @@ impl Engine {
     fn add_job(&mut self, now: Time, spec: JobSpec, tier: usize, team: usize, state: JobState) -> JobId {
         let t = &self.cfg.tiers[tier];
         let interruptible = spec.interruptible.unwrap_or(t.interruptible);
-        let checkpoint_interval_ms =
-            spec.checkpoint_interval_ms.or(t.checkpoint_interval_s.map(crate::time::secs));
+        let checkpoint_interval_ms = spec.checkpoint_interval_ms.or(t.checkpoint_interval_s.map(crate::time::secs));
         let id = JobId(self.c.jobs.len() as u32);
         self.c.jobs.push(Job {
             id,
@@ -416,8 +429,7 @@ impl Engine {
     /// Closes the books at `now`: bills every live node and running attempt up to `now`. Call once, at the end.
     pub fn finish(&mut self, now: Time) {
         self.advance(now);
-        let running: Vec<JobId> =
-            self.c.jobs.iter().filter(|j| j.state == JobState::Running).map(|j| j.id).collect();
+        let running: Vec<JobId> = self.c.jobs.iter().filter(|j| j.state == JobState::Running).map(|j| j.id).collect();
         for id in running {
             let j = &mut self.c.jobs[id.0 as usize];
             // Keep the job's placement visible after the books close: book it, then restore.
@@ -466,7 +478,13 @@ impl Engine {
     }
 
     /// Queues a decision record when recording is on; `detail` is only built then.
-    pub(crate) fn record(&mut self, kind: DecisionKind, subject: impl FnOnce() -> String, reason: &'static str, detail: impl FnOnce() -> String) {
+    pub(crate) fn record(
+        &mut self,
+        kind: DecisionKind,
+        subject: impl FnOnce() -> String,
+        reason: &'static str,
+        detail: impl FnOnce() -> String,
+    ) {
         if self.record {
             let d = Decision { at: self.now, kind, subject: subject(), reason, detail: detail() };
             self.actions.push_back(Action::Record(d));
@@ -488,9 +506,18 @@ impl Engine {
         self.queue.remove(tier, team, key, id);
         let pool = placement.first().map_or(0, |(n, _)| self.c.nodes[n.0 as usize].pool);
         let pool_name = self.cfg.pools[pool].name.clone();
-        self.record(DecisionKind::JobStarted, || job_subject(id), "placed", || {
-            format!("attempt {attempt} on {} node(s) of pool {pool_name} after {} s queued", placement.len(), waited / 1000)
-        });
+        self.record(
+            DecisionKind::JobStarted,
+            || job_subject(id),
+            "placed",
+            || {
+                format!(
+                    "attempt {attempt} on {} node(s) of pool {pool_name} after {} s queued",
+                    placement.len(),
+                    waited / 1000
+                )
+            },
+        );
         self.actions.push_back(Action::StartJob { job: id, attempt, placement });
     }
 
@@ -526,9 +553,17 @@ impl Engine {
         }
         self.queue.push(tier, team, key, id);
         self.actions.push_back(Action::StopJob { job: id, attempt, reason, grace_ms });
-        self.record(DecisionKind::JobRequeued, || job_subject(id), "requeued", || {
-            format!("attempt {attempt} stopped ({reason:?}); {} s of work since its last checkpoint lost", lost_ms / 1000)
-        });
+        self.record(
+            DecisionKind::JobRequeued,
+            || job_subject(id),
+            "requeued",
+            || {
+                format!(
+                    "attempt {attempt} stopped ({reason:?}); {} s of work since its last checkpoint lost",
+                    lost_ms / 1000
+                )
+            },
+        );
     }
 
     /// Acts on a spot interruption notice: the node drains (no new work), its jobs checkpoint if the notice
@@ -546,9 +581,12 @@ impl Engine {
         }
         let notice_ms = (deadline - self.now).max(0);
         let name = self.cfg.pools[pool].name.clone();
-        self.record(DecisionKind::Interruption, || format!("node:{}", node.0), "interruption_notice", || {
-            format!("pool {name}: reclaim in {} s; draining", notice_ms / 1000)
-        });
+        self.record(
+            DecisionKind::Interruption,
+            || format!("node:{}", node.0),
+            "interruption_notice",
+            || format!("pool {name}: reclaim in {} s; draining", notice_ms / 1000),
+        );
         if state == NodeState::Requested {
             self.c.node_end(node, NodeState::Lost, self.now);
             return Ok(());
@@ -568,9 +606,12 @@ impl Engine {
                 j.pinned_on_demand = true;
                 self.c.counters.fallbacks += 1;
                 let n = j.interruptions;
-                self.record(DecisionKind::Fallback, || job_subject(job), "too_many_interruptions", || {
-                    format!("interrupted {n} times: moves to on-demand")
-                });
+                self.record(
+                    DecisionKind::Fallback,
+                    || job_subject(job),
+                    "too_many_interruptions",
+                    || format!("interrupted {n} times: moves to on-demand"),
+                );
             }
             self.c.counters.notices_acted_on += 1;
             self.requeue(job, StopReason::Interrupted { checkpoint });
@@ -590,9 +631,12 @@ impl Engine {
             let delay = self.back_off(pool, it);
             self.c.counters.fallbacks += 1;
             let (p, i) = (self.cfg.pools[pool].name.clone(), self.cfg.instance_types[it].name.clone());
-            self.record(DecisionKind::Fallback, || format!("pool:{p}"), "interruption_rate", || {
-                format!("{i} interrupted repeatedly within the hour; offering backed off {} s", delay / 1000)
-            });
+            self.record(
+                DecisionKind::Fallback,
+                || format!("pool:{p}"),
+                "interruption_rate",
+                || format!("{i} interrupted repeatedly within the hour; offering backed off {} s", delay / 1000),
+            );
         }
     }
 
@@ -613,7 +657,12 @@ impl Engine {
             }
             JobState::Running => {
                 self.c.release(id, self.now);
-                self.actions.push_back(Action::StopJob { job: id, attempt, reason: StopReason::Cancelled, grace_ms: 0 });
+                self.actions.push_back(Action::StopJob {
+                    job: id,
+                    attempt,
+                    reason: StopReason::Cancelled,
+                    grace_ms: 0,
+                });
             }
             _ => return Ok(()),
         }
@@ -634,9 +683,17 @@ impl Engine {
         // Back off this offering only; the next launch tries the pool's other types or other pools.
         let delay = self.back_off(pool, it);
         let (pool_name, it_name) = (self.cfg.pools[pool].name.clone(), self.cfg.instance_types[it].name.clone());
-        self.record(DecisionKind::LaunchFailed, || format!("node:{}", node.0), "launch_failed", || {
-            format!("launch of {it_name} in pool {pool_name} failed ({error:?}); offering backed off {} s", delay / 1000)
-        });
+        self.record(
+            DecisionKind::LaunchFailed,
+            || format!("node:{}", node.0),
+            "launch_failed",
+            || {
+                format!(
+                    "launch of {it_name} in pool {pool_name} failed ({error:?}); offering backed off {} s",
+                    delay / 1000
+                )
+            },
+        );
         Ok(())
     }
 

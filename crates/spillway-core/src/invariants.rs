@@ -24,7 +24,10 @@ impl Engine {
                             return Err(format!("job {} runs on node {} in state {:?}", j.id.0, n.0, node.state));
                         }
                         if g != j.spec.gpus_per_worker {
-                            return Err(format!("job {} worker holds {g} GPUs, not {}", j.id.0, j.spec.gpus_per_worker));
+                            return Err(format!(
+                                "job {} worker holds {g} GPUs, not {}",
+                                j.id.0, j.spec.gpus_per_worker
+                            ));
                         }
                         node_used[n.0 as usize] += g;
                         team_used[j.team] += g;
@@ -45,7 +48,10 @@ impl Engine {
                 return Err(format!("node {} has {} GPUs bound but holds {}", n.id.0, n.used, n.gpus));
             }
             if n.used != node_used[n.id.0 as usize] {
-                return Err(format!("node {} counts {} GPUs bound, its jobs hold {}", n.id.0, n.used, node_used[n.id.0 as usize]));
+                return Err(format!(
+                    "node {} counts {} GPUs bound, its jobs hold {}",
+                    n.id.0, n.used, node_used[n.id.0 as usize]
+                ));
             }
             if !n.alive() && n.used > 0 {
                 return Err(format!("node {} is {:?} with GPUs bound", n.id.0, n.state));
@@ -62,7 +68,10 @@ impl Engine {
         }
         for (t, team) in self.c.teams.iter().enumerate() {
             if team.used_gpus != team_used[t] {
-                return Err(format!("team {} counts {} GPUs, its jobs hold {}", team.name, team.used_gpus, team_used[t]));
+                return Err(format!(
+                    "team {} counts {} GPUs, its jobs hold {}",
+                    team.name, team.used_gpus, team_used[t]
+                ));
             }
             if let Some(q) = team.quota_gpus.filter(|&q| team.used_gpus > q) {
                 return Err(format!("team {} holds {} GPUs over its quota {q}", team.name, team.used_gpus));

@@ -39,7 +39,15 @@ impl Ledger {
     }
 
     /// Books `gpus` GPUs of a node priced `node_usd_per_hour` with `node_gpus` GPUs, held by a job for `ms`.
-    pub fn book_job(&mut self, team: usize, tier: usize, gpus: u32, node_gpus: u32, node_usd_per_hour: f64, ms: Millis) {
+    pub fn book_job(
+        &mut self,
+        team: usize,
+        tier: usize,
+        gpus: u32,
+        node_gpus: u32,
+        node_usd_per_hour: f64,
+        ms: Millis,
+    ) {
         let usd = node_usd_per_hour * gpus as f64 / node_gpus.max(1) as f64 * to_hours(ms.max(0));
         if self.by_team.len() <= team {
             self.by_team.resize(team + 1, 0.0);

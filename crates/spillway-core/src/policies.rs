@@ -38,7 +38,10 @@ impl Engine {
                 .ready
                 .iter()
                 .map(|n| &self.c.nodes[n.0 as usize])
-                .map(|n| NodeSample { launched_at: n.ready_at.unwrap_or(n.requested_at), value: n.gpu_utilization.unwrap_or(f64::NAN) })
+                .map(|n| NodeSample {
+                    launched_at: n.ready_at.unwrap_or(n.requested_at),
+                    value: n.gpu_utilization.unwrap_or(f64::NAN),
+                })
                 .collect();
             let mut proposals = Vec::new();
             if let Some(target) = pool.target_gpu_utilization {
@@ -67,7 +70,12 @@ impl Engine {
             let want = if proposals.is_empty() { 0 } else { decision.desired_nodes.min(max) };
             if want != self.c.pools[p].policy_min {
                 self.c.pools[p].policy_min = want;
-                self.record(DecisionKind::NodeKept, || format!("pool:{name}"), decision.code.as_str(), || decision.detail);
+                self.record(
+                    DecisionKind::NodeKept,
+                    || format!("pool:{name}"),
+                    decision.code.as_str(),
+                    || decision.detail,
+                );
             }
         }
     }
@@ -118,7 +126,12 @@ impl Engine {
         let detail = format!("forecast peak {peak:.1} GPUs within {lead_s:.0} s ({} x {node_gpus}-GPU nodes)", want);
         if cfg.mode == PredictiveMode::ForecastOnly {
             let name = pool.name.clone();
-            self.record(DecisionKind::NodeKept, || format!("pool:{name}"), "forecast_only", || format!("would scale to {want}: {detail}"));
+            self.record(
+                DecisionKind::NodeKept,
+                || format!("pool:{name}"),
+                "forecast_only",
+                || format!("would scale to {want}: {detail}"),
+            );
             return None;
         }
         Some(Proposal { policy: "predictive".into(), desired_nodes: want, detail })
@@ -156,4 +169,3 @@ pub(crate) fn step_policy(
     let state = StepState::new(&policy);
     Some((policy, state))
 }
-

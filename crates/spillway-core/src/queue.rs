@@ -69,7 +69,16 @@ impl Queue {
     /// Returns a cursor in scheduling order. `shares[team]` is the team's current share (GPUs in use divided by
     /// weight); each job the cursor passes adds its GPUs / weight to its team's share, so teams interleave.
     pub fn cursor(&self, shares: Vec<f64>, weights: Vec<f64>) -> Cursor<'_> {
-        Cursor { queue: self, tier: 0, heap: BinaryHeap::new(), iters: BTreeMap::new(), shares, weights, gpus: &self.gpus, started: false }
+        Cursor {
+            queue: self,
+            tier: 0,
+            heap: BinaryHeap::new(),
+            iters: BTreeMap::new(),
+            shares,
+            weights,
+            gpus: &self.gpus,
+            started: false,
+        }
     }
 }
 

@@ -30,7 +30,12 @@ impl Engine {
             for n in &self.c.pools[p].ready {
                 for &id in &self.c.nodes[n.0 as usize].jobs {
                     let j = &self.c.jobs[id.0 as usize];
-                    if j.state != JobState::Running || !j.interruptible || j.pinned_on_demand || moves.contains(&id) || shadow.contains(&id) {
+                    if j.state != JobState::Running
+                        || !j.interruptible
+                        || j.pinned_on_demand
+                        || moves.contains(&id)
+                        || shadow.contains(&id)
+                    {
                         continue;
                     }
                     let (Some(start), Some(iv)) = (j.attempt_start, j.checkpoint_interval_ms) else { continue };
@@ -64,9 +69,12 @@ impl Engine {
         shadow.truncate(MAX_MOVES_PER_PASS);
         for &id in &moves {
             self.c.counters.fallbacks += 1;
-            self.record(DecisionKind::Fallback, || job_subject(id), "return_to_spot", || {
-                "a spot node that fits is ready: checkpoint on on-demand and move back to spot".into()
-            });
+            self.record(
+                DecisionKind::Fallback,
+                || job_subject(id),
+                "return_to_spot",
+                || "a spot node that fits is ready: checkpoint on on-demand and move back to spot".into(),
+            );
             self.requeue(id, StopReason::Migrated);
             let j = &mut self.c.jobs[id.0 as usize];
             j.spot_only_until = Some(now + secs(self.cfg.tiers[j.tier].spot_fallback_after_s.clamp(600.0, 86_400.0)));

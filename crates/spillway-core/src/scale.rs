@@ -120,7 +120,12 @@ impl Engine {
     /// Returns the most workers of `g` GPUs (of `model`) one node of the pool's instance types holds.
     fn best_workers_per_node(&self, pool: usize, g: u32, model: Option<&str>) -> u32 {
         let types = self.cfg.pools[pool].instance_types.iter().filter_map(|n| self.cfg.instance_type_index(n));
-        types.map(|i| &self.cfg.instance_types[i]).filter(|it| model_fits(model, &it.gpu_model)).map(|it| it.gpus / g.max(1)).max().unwrap_or(0)
+        types
+            .map(|i| &self.cfg.instance_types[i])
+            .filter(|it| model_fits(model, &it.gpu_model))
+            .map(|it| it.gpus / g.max(1))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Returns how many nodes a cloud pool may add now: 0 in cooldown or at max, else the step limit.
@@ -143,7 +148,14 @@ impl Engine {
     /// price, and on spot the price per useful hour: price / (1 - expected lost fraction), from the offering's
     /// observed interruption rate and the job's checkpoint interval. Ties go to the earlier type.
     /// Types that need more than `room` nodes (what the pool's max still allows) are skipped.
-    fn pick_instance_type(&self, pool: usize, job: Option<&Job>, workers: u32, room: u32, wake: &mut WakeAt) -> Option<(usize, u32)> {
+    fn pick_instance_type(
+        &self,
+        pool: usize,
+        job: Option<&Job>,
+        workers: u32,
+        room: u32,
+        wake: &mut WakeAt,
+    ) -> Option<(usize, u32)> {
         let gpus = job.map_or(1, |j| j.spec.gpus_per_worker);
         let model = job.and_then(|j| j.spec.gpu_model.as_deref());
         let p = &self.cfg.pools[pool];
@@ -153,7 +165,8 @@ impl Engine {
         let scarce = self.c.pools[pool].alive * 4 >= p.max_nodes.max(1) * 3;
         // Nodes bought for a pool's min (job `None`) are of its first type while it can launch: target tracking and
         // forecasts size the min in nodes of that type.
-        let first = if job.is_none() { p.instance_types.first().and_then(|n| self.cfg.instance_type_index(n)) } else { None };
+        let first =
+            if job.is_none() { p.instance_types.first().and_then(|n| self.cfg.instance_type_index(n)) } else { None };
         let mut best: Option<(f64, usize, u32, u32)> = None;
         for name in &p.instance_types {
             let Some(i) = self.cfg.instance_type_index(name) else { continue };
@@ -183,7 +196,9 @@ impl Engine {
             } else {
                 price * nodes as f64 / useful
             };
-            if best.is_none_or(|(c, _, _, g)| cost < c * (1.0 - 1e-9) || (scarce && cost <= c * (1.0 + 1e-9) && it.gpus > g)) {
+            if best.is_none_or(|(c, _, _, g)| {
+                cost < c * (1.0 - 1e-9) || (scarce && cost <= c * (1.0 + 1e-9) && it.gpus > g)
+            }) {
                 best = Some((cost, i, nodes, it.gpus));
             }
         }
@@ -213,7 +228,12 @@ impl Engine {
             return true;
         }
         let st = &self.c.pools[pool];
-        let mine = st.ready.iter().chain(st.requested.iter()).filter(|n| self.c.nodes[n.0 as usize].instance_type == Some(it)).count() as f64;
+        let mine = st
+            .ready
+            .iter()
+            .chain(st.requested.iter())
+            .filter(|n| self.c.nodes[n.0 as usize].instance_type == Some(it))
+            .count() as f64;
         mine + 1.0 <= (share * (st.alive as f64 + 1.0)).floor().max(1.0)
     }
 
@@ -222,7 +242,12 @@ impl Engine {
     /// demand they cannot hold (scale-in may swap an idle node there even at min).
     /// `shadow` are running jobs that want spot capacity to move to (make before break): spot pools only, no
     /// pending reasons.
-    pub(crate) fn scale_out(&mut self, blocked: &[JobId], shadow: &[JobId], wake: &mut WakeAt) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
+    pub(crate) fn scale_out(
+        &mut self,
+        blocked: &[JobId],
+        shadow: &[JobId],
+        wake: &mut WakeAt,
+    ) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
         let now = self.now;
         let pools = self.cfg.pools.len();
         // Free GPUs per pool that blocked jobs may count on before buying more: ready nodes with the most free
@@ -262,11 +287,18 @@ impl Engine {
             let fallback_s = if deadline_governs { 1e12 } else { tier.spot_fallback_after_s.min(1e12) };
             let fallback_at = job.queued_since + secs(fallback_s);
             let access = if is_shadow { Access::spot_only() } else { Access::of(job, now) };
-            let mut cands: Vec<usize> =
-                job_pools(&self.cfg, &self.pool_order[job.tier], access).filter(|&p| self.cfg.pools[p].market != Market::Fixed).collect();
+            let mut cands: Vec<usize> = job_pools(&self.cfg, &self.pool_order[job.tier], access)
+                .filter(|&p| self.cfg.pools[p].market != Market::Fixed)
+                .collect();
             let is_spot = |p: &usize| self.cfg.pools[*p].market == Market::Spot;
             if has_spot && cands.iter().any(|p| !is_spot(p)) {
-                let spot_open = cands.iter().any(|&p| is_spot(&p) && headroom[p] > 0 && self.pick_instance_type(p, Some(job), job.spec.workers, u32::MAX, &mut WakeAt::default()).is_some());
+                let spot_open = cands.iter().any(|&p| {
+                    is_spot(&p)
+                        && headroom[p] > 0
+                        && self
+                            .pick_instance_type(p, Some(job), job.spec.workers, u32::MAX, &mut WakeAt::default())
+                            .is_some()
+                });
                 if share.is_some_and(|target| spot_gpus >= target * (spot_gpus + od_gpus)) {
                     // The spot share of interruptible capacity is at its target: this one goes on-demand first.
                     cands.sort_by_key(|p| is_spot(p));
@@ -277,7 +309,10 @@ impl Engine {
             }
             // Takes the job's workers out of the virtual free GPUs if all fit; the ready nodes it would use (even
             // when only part of a gang fits) are claimed so scale-in does not remove them under it.
-            let fits_virtual = |v: &mut Vec<(u32, String, Option<NodeId>)>, claim: &dyn Fn(u32) -> bool, claimed: &mut BTreeSet<NodeId>| -> u32 {
+            let fits_virtual = |v: &mut Vec<(u32, String, Option<NodeId>)>,
+                                claim: &dyn Fn(u32) -> bool,
+                                claimed: &mut BTreeSet<NodeId>|
+             -> u32 {
                 let mut left = w;
                 let mut used: Vec<(usize, u32)> = Vec::new();
                 for (i, (free, m, _)) in v.iter().enumerate() {
@@ -327,7 +362,10 @@ impl Engine {
                 }
                 // Prefer a type whose nodes fit in the room left; else make progress with the best type.
                 let pick = self.pick_instance_type(p, Some(job), left, room, wake);
-                let Some((it, nodes)) = pick.or_else(|| self.pick_instance_type(p, Some(job), left, u32::MAX, wake)) else { continue };
+                let Some((it, nodes)) = pick.or_else(|| self.pick_instance_type(p, Some(job), left, u32::MAX, wake))
+                else {
+                    continue;
+                };
                 let n = nodes.min(headroom[p]).min(room);
                 headroom[p] -= n;
                 planned[p] += n;
@@ -341,7 +379,9 @@ impl Engine {
                 } else if job.interruptible {
                     od_gpus += added;
                     // A fallback only where spot was an option: the tier allows it and a spot pool exists.
-                    if self.cfg.tiers[job.tier].markets.contains(&Market::Spot) && self.cfg.pools.iter().any(|p| p.market == Market::Spot) {
+                    if self.cfg.tiers[job.tier].markets.contains(&Market::Spot)
+                        && self.cfg.pools.iter().any(|p| p.market == Market::Spot)
+                    {
                         fallbacks.push(id);
                     }
                 }
@@ -409,9 +449,24 @@ impl Engine {
         self.c.counters.scale_actions += 1;
         self.c.pools[pool].last_scale_out = Some(now);
         let name = self.cfg.pools[pool].name.clone();
-        let tiers: Vec<&str> = self.cfg.tiers.iter().enumerate().filter(|(i, _)| demand.is_some_and(|d| d.2 & (1 << i) != 0)).map(|(_, t)| t.name.as_str()).collect();
+        let tiers: Vec<&str> = self
+            .cfg
+            .tiers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| demand.is_some_and(|d| d.2 & (1 << i) != 0))
+            .map(|(_, t)| t.name.as_str())
+            .collect();
         let (reason, detail) = match demand {
-            Some((gpus, waited, _)) => ("queued_demand", format!("launch {}: {gpus} GPUs of {} demand waiting up to {} s", what.join(", "), tiers.join("/"), waited / 1000)),
+            Some((gpus, waited, _)) => (
+                "queued_demand",
+                format!(
+                    "launch {}: {gpus} GPUs of {} demand waiting up to {} s",
+                    what.join(", "),
+                    tiers.join("/"),
+                    waited / 1000
+                ),
+            ),
             None => ("below_min", format!("launch {}: pool below its (scheduled) min", what.join(", "))),
         };
         self.record(DecisionKind::ScaleOut, || format!("pool:{name}"), reason, || detail);
@@ -427,7 +482,13 @@ impl Engine {
                 Market::Spot => spot += nodes.map(|n| n.gpus as f64).sum::<f64>(),
                 Market::OnDemand => {
                     for n in nodes {
-                        od += n.jobs.iter().map(|j| &self.c.jobs[j.0 as usize]).filter(|j| j.interruptible).map(|j| j.spec.gpus_per_worker as f64).sum::<f64>();
+                        od += n
+                            .jobs
+                            .iter()
+                            .map(|j| &self.c.jobs[j.0 as usize])
+                            .filter(|j| j.interruptible)
+                            .map(|j| j.spec.gpus_per_worker as f64)
+                            .sum::<f64>();
                     }
                 }
                 Market::Fixed => {}
@@ -441,7 +502,13 @@ impl Engine {
     /// fit; the map holds its GPUs per worker and the most workers the pool's best type holds), an idle node that
     /// holds fewer workers than that may go even at min and before its idle timeout, so the next pass can buy one
     /// that fits.
-    pub(crate) fn scale_in(&mut self, claimed: &BTreeSet<NodeId>, starved: &BTreeMap<usize, (u32, u32)>, demand_waiting: bool, wake: &mut WakeAt) {
+    pub(crate) fn scale_in(
+        &mut self,
+        claimed: &BTreeSet<NodeId>,
+        starved: &BTreeMap<usize, (u32, u32)>,
+        demand_waiting: bool,
+        wake: &mut WakeAt,
+    ) {
         let now = self.now;
         for p in 0..self.cfg.pools.len() {
             let cfg = &self.cfg.pools[p];
@@ -458,7 +525,9 @@ impl Engine {
             if st.alive <= min || cfg.scale_in_protection {
                 continue;
             }
-            if let Some(end) = st.last_scale_in.map(|t| t + secs(cfg.scale_in_cooldown_s)).filter(|&e| e > now && over_max == 0) {
+            if let Some(end) =
+                st.last_scale_in.map(|t| t + secs(cfg.scale_in_cooldown_s)).filter(|&e| e > now && over_max == 0)
+            {
                 wake.at(end);
                 continue;
             }
@@ -504,9 +573,12 @@ impl Engine {
             let name = self.cfg.pools[p].name.clone();
             let count = remove.len();
             let idle_s = remove.iter().map(|(_, i)| i / 1000).min().unwrap_or(0);
-            self.record(DecisionKind::ScaleIn, || format!("pool:{name}"), "idle_timeout", || {
-                format!("remove {count} node(s) idle for at least {idle_s} s")
-            });
+            self.record(
+                DecisionKind::ScaleIn,
+                || format!("pool:{name}"),
+                "idle_timeout",
+                || format!("remove {count} node(s) idle for at least {idle_s} s"),
+            );
         }
     }
 }

@@ -169,7 +169,13 @@ fn reserve(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Vec<(u
 
 /// Picks nodes for every worker of `job` by stopping jobs of strictly lower, preemptible tiers, choosing the
 /// nodes whose victims lose the least work. Returns (node per worker, victims), or `None`.
-fn find_victims(c: &Cluster, cfg: &Config, order: &[usize], job: &Need, now: Time) -> Option<(Vec<NodeId>, Vec<JobId>)> {
+fn find_victims(
+    c: &Cluster,
+    cfg: &Config,
+    order: &[usize],
+    job: &Need,
+    now: Time,
+) -> Option<(Vec<NodeId>, Vec<JobId>)> {
     let (g, w) = (job.g, job.w as usize);
     let want = job.model.as_deref();
     let prio = cfg.tiers[job.tier].priority;
@@ -319,7 +325,8 @@ impl Engine {
                 }
                 let job = &c.jobs[id.0 as usize];
                 // A job that already ran (interrupted, preempted, lost) does not wait for fixed capacity again.
-                let burst_at = if job.attempt > 0 { now } else { job.queued_since + secs(cfg.tiers[job.tier].burst_after_s) };
+                let burst_at =
+                    if job.attempt > 0 { now } else { job.queued_since + secs(cfg.tiers[job.tier].burst_after_s) };
                 if now < burst_at {
                     wake.at(burst_at);
                     reasons.push((id, PendingReason::WaitingForFixedCapacity));
@@ -344,22 +351,40 @@ impl Engine {
         if limit_hit {
             self.c.counters.scan_limit_hits += 1;
             let (queued, limit) = (self.queue.len(), self.cfg.policy.scan_limit);
-            self.record(DecisionKind::JobPending, || "queue".into(), PendingReason::QueueScanLimit.code(), || {
-                format!("pass stopped after {} jobs ({} blocked; scan limit {limit}); {queued} queued", scanned - 1, blocked.len())
-            });
+            self.record(
+                DecisionKind::JobPending,
+                || "queue".into(),
+                PendingReason::QueueScanLimit.code(),
+                || {
+                    format!(
+                        "pass stopped after {} jobs ({} blocked; scan limit {limit}); {queued} queued",
+                        scanned - 1,
+                        blocked.len()
+                    )
+                },
+            );
         }
         for id in pinned {
-            self.record(DecisionKind::Fallback, || job_subject(id), "deadline", || {
-                "remaining slack no longer covers a spot interruption plus an on-demand restart: on-demand from now".into()
-            });
+            self.record(
+                DecisionKind::Fallback,
+                || job_subject(id),
+                "deadline",
+                || {
+                    "remaining slack no longer covers a spot interruption plus an on-demand restart: on-demand from now"
+                        .into()
+                },
+            );
         }
         for (victim, by) in preempted {
             self.c.counters.preemptions += 1;
             let (vt, bt) = (self.c.jobs[victim.0 as usize].tier, self.c.jobs[by.0 as usize].tier);
             let (vn, bn) = (self.cfg.tiers[vt].name.clone(), self.cfg.tiers[bt].name.clone());
-            self.record(DecisionKind::JobPreempted, || job_subject(victim), "higher_tier_slo", || {
-                format!("{vn} job preempted for {bn} job {} that would otherwise miss its queue-wait SLO", by.0)
-            });
+            self.record(
+                DecisionKind::JobPreempted,
+                || job_subject(victim),
+                "higher_tier_slo",
+                || format!("{vn} job preempted for {bn} job {} that would otherwise miss its queue-wait SLO", by.0),
+            );
             self.requeue(victim, StopReason::Preempted { by });
         }
         for (id, placement) in started {
@@ -379,7 +404,12 @@ impl Engine {
         }
         j.pending = reason;
         let waited = self.now - j.queued_since;
-        self.record(DecisionKind::JobPending, || job_subject(id), reason.code(), || format!("queued {} s", waited / 1000));
+        self.record(
+            DecisionKind::JobPending,
+            || job_subject(id),
+            reason.code(),
+            || format!("queued {} s", waited / 1000),
+        );
     }
 
     /// Returns whether any cloud pool could launch a node now (below max, past its cooldown).
@@ -394,13 +424,22 @@ impl Engine {
 fn deadline_pin_at(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Option<Time> {
     let deadline = job.spec.deadline?;
     let remaining = job.remaining_work_ms(now)?;
-    let od_boot = order.iter().filter(|&&p| cfg.pools[p].market == Market::OnDemand).map(|&p| secs(cfg.pools[p].boot_latency_s)).min()?;
+    let od_boot = order
+        .iter()
+        .filter(|&&p| cfg.pools[p].market == Market::OnDemand)
+        .map(|&p| secs(cfg.pools[p].boot_latency_s))
+        .min()?;
     let tier = &cfg.tiers[job.tier];
     let keep = match cfg.policy.deadline_policy {
         DeadlinePolicy::Greedy => od_boot,
         DeadlinePolicy::Safe => {
             let ck = secs(tier.checkpoint_time_s);
-            let notice = order.iter().filter(|&&p| cfg.pools[p].market == Market::Spot).map(|&p| secs(cfg.pools[p].interruption_notice_s)).min().unwrap_or(0);
+            let notice = order
+                .iter()
+                .filter(|&&p| cfg.pools[p].market == Market::Spot)
+                .map(|&p| secs(cfg.pools[p].interruption_notice_s))
+                .min()
+                .unwrap_or(0);
             // With time to checkpoint inside the notice an interruption loses nothing; otherwise up to an interval.
             let loss = if ck <= notice { 0 } else { job.checkpoint_interval_ms.unwrap_or(remaining) };
             od_boot + ck + loss + secs(cfg.policy.deadline_margin_s)

@@ -276,7 +276,10 @@ fn cases() -> Vec<Case> {
         },
         Case {
             rule: "a NaN in an inline table of an array",
-            text: replace("max_nodes = 4", "max_nodes = 4\nstep_scaling = [{ above = 0.8, adjust_nodes = 1 }, { below = nan, adjust_nodes = -1 }]"),
+            text: replace(
+                "max_nodes = 4",
+                "max_nodes = 4\nstep_scaling = [{ above = 0.8, adjust_nodes = 1 }, { below = nan, adjust_nodes = -1 }]",
+            ),
             key: "pools[1].step_scaling[1].below",
             line_of: ("step_scaling = ", 0),
             piece: "nan is not a number",
@@ -290,7 +293,11 @@ fn cases() -> Vec<Case> {
         },
         Case {
             rule: "the first of two non-finite values in the text is the one named",
-            text: replace("gpu_usd_per_hour = 1.0", "gpu_usd_per_hour = -nan").replacen("max_nodes = 4", "max_nodes = 4\nboot_jitter = inf", 1),
+            text: replace("gpu_usd_per_hour = 1.0", "gpu_usd_per_hour = -nan").replacen(
+                "max_nodes = 4",
+                "max_nodes = 4\nboot_jitter = inf",
+                1,
+            ),
             key: "pools[0].gpu_usd_per_hour",
             line_of: ("gpu_usd_per_hour = -nan", 0),
             piece: "-nan is not a number",

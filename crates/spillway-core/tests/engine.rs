@@ -2,10 +2,9 @@
 //! chosen instants, collects the actions it asks for, and checks the engine's invariants after every step.
 
 use spillway_core::{
-    Action, Event, JobId, JobSpec, JobState, LaunchError, Market, NodeId, NodeState, PendingReason,
-    StopReason, SubmitError,
+    Action, Event, JobId, JobSpec, JobState, LaunchError, Market, NodeId, NodeState, PendingReason, StopReason,
+    SubmitError,
 };
-
 
 mod common;
 use common::*;
@@ -36,7 +35,11 @@ fn cloud(name: &str, market: &str, extra: &str) -> String {
 /// An on-demand pool `od` of the given instance types with extra keys (one per line).
 fn od_of(types: &[&str], extra: &[&str]) -> String {
     let types: Vec<String> = types.iter().map(|t| format!("\"{t}\"")).collect();
-    format!("\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [{}]\n{}\n", types.join(", "), extra.join("\n"))
+    format!(
+        "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [{}]\n{}\n",
+        types.join(", "),
+        extra.join("\n")
+    )
 }
 
 /// Describes the live nodes of pool `p` for failure messages.
@@ -109,7 +112,11 @@ fn a_gang_whose_nodes_are_partly_ready_buys_no_more_nodes() {
     h.event(Event::NodeReady { node: l[0].0 });
     // One node ready and three booting hold the gang: nothing more to buy.
     let a = h.drain();
-    assert!(launches(&a).is_empty(), "bought {} more nodes for a gang whose 4 nodes are ready or booting", launches(&a).len());
+    assert!(
+        launches(&a).is_empty(),
+        "bought {} more nodes for a gang whose 4 nodes are ready or booting",
+        launches(&a).len()
+    );
     assert_eq!(h.job(gang).pending, PendingReason::WaitingForNodes);
 }
 
@@ -141,16 +148,16 @@ fn a_gang_gets_an_instance_type_that_holds_it_within_max_nodes() {
     let gang = h.submit(spec("p0", 4, 2));
     let a = h.run_world(86_400.0, 240.0);
     let bought: Vec<usize> = launches(&a).iter().map(|x| x.2).collect();
-    assert!(started(&a, gang).is_some(), "the gang never starts; launched types {bought:?}, pending {:?}", h.job(gang).pending);
+    assert!(
+        started(&a, gang).is_some(),
+        "the gang never starts; launched types {bought:?}, pending {:?}",
+        h.job(gang).pending
+    );
 }
 
 #[test]
 fn removing_an_idle_node_from_a_full_pool_lets_a_blocked_job_buy_at_once() {
-    let cfg = format!(
-        "{T148}{}{}",
-        fixed(1, 1),
-        od_of(&["t1", "t8"], &["max_nodes = 1", "idle_timeout_s = 600"])
-    );
+    let cfg = format!("{T148}{}{}", fixed(1, 1), od_of(&["t1", "t8"], &["max_nodes = 1", "idle_timeout_s = 600"]));
     let t8 = parse(&cfg).instance_type_index("t8").unwrap();
     let mut h = Harness::new(&cfg);
     let filler = h.submit(spec("p0", 1, 1));
@@ -196,11 +203,7 @@ fn nodes_ready_for_a_waiting_gang_are_not_scaled_in() {
 
 #[test]
 fn a_pools_minimum_does_not_starve_jobs_that_need_a_larger_type() {
-    let cfg = format!(
-        "{T148}{}{}",
-        fixed(1, 1),
-        od_of(&["t1", "t8"], &["min_nodes = 2", "max_nodes = 2"])
-    );
+    let cfg = format!("{T148}{}{}", fixed(1, 1), od_of(&["t1", "t8"], &["min_nodes = 2", "max_nodes = 2"]));
     let mut h = Harness::new(&cfg);
     let warm = h.run_world(600.0, 240.0);
     assert_eq!(launches(&warm).len(), 2);
@@ -240,7 +243,11 @@ fn near_its_max_a_pool_buys_capacity_per_node_slot() {
     let a = h.run_world(600.0, 240.0);
     let t1 = h.e.config().instance_type_index("t1").unwrap();
     let t8 = h.e.config().instance_type_index("t8").unwrap();
-    assert_eq!(launches(&a).iter().map(|l| l.2).collect::<Vec<_>>(), vec![t1; 3], "three 1-GPU jobs on the cheapest nodes");
+    assert_eq!(
+        launches(&a).iter().map(|l| l.2).collect::<Vec<_>>(),
+        vec![t1; 3],
+        "three 1-GPU jobs on the cheapest nodes"
+    );
     assert!(first.iter().all(|&j| h.job(j).state == spillway_core::JobState::Running));
     h.submit(spec("p0", 1, 1));
     let b = h.run_world(1200.0, 240.0);
@@ -261,7 +268,11 @@ fn a_partly_fitting_gang_does_not_pin_a_too_small_node_in_a_full_pool() {
     let gang = h.submit(spec("p0", 1, 2));
     let a = h.run_world(86_400.0, 60.0);
     let nodes = live_nodes(&h, 1);
-    assert!(started(&a, gang).is_some(), "the 1x2 gang never starts; pending {:?}; od nodes: {nodes:?}", h.job(gang).pending);
+    assert!(
+        started(&a, gang).is_some(),
+        "the 1x2 gang never starts; pending {:?}; od nodes: {nodes:?}",
+        h.job(gang).pending
+    );
 }
 
 #[test]
@@ -270,19 +281,24 @@ fn a_gang_behind_a_larger_blocked_gang_does_not_deadlock_the_pool() {
     let cfg = format!(
         "{T148}{}{}",
         fixed(1, 1),
-        od_of(&["t4", "t8"], &[
-            "max_nodes = 2",
-            "boot_latency_s = 30",
-            "idle_timeout_s = 1800",
-            "scale_out_cooldown_s = 0",
-            "scale_in_cooldown_s = 0",
-            "max_step_fraction = 0.25",
-            "min_step_nodes = 1",
-        ])
+        od_of(
+            &["t4", "t8"],
+            &[
+                "max_nodes = 2",
+                "boot_latency_s = 30",
+                "idle_timeout_s = 1800",
+                "scale_out_cooldown_s = 0",
+                "scale_in_cooldown_s = 0",
+                "max_step_fraction = 0.25",
+                "min_step_nodes = 1",
+            ]
+        )
     );
     let mut h = Harness::new(&cfg);
     let mut jobs = Vec::new();
-    for (tier, gpus, workers, run_s) in [("p0", 1, 1, 60.0), ("p0", 1, 1, 60.0), ("p0", 2, 1, 1071.0), ("p0", 8, 2, 60.0)] {
+    for (tier, gpus, workers, run_s) in
+        [("p0", 1, 1, 60.0), ("p0", 1, 1, 60.0), ("p0", 2, 1, 1071.0), ("p0", 8, 2, 60.0)]
+    {
         let id = h.submit(spec(tier, gpus, workers));
         h.runs_for(id, run_s);
         jobs.push(id);
@@ -331,7 +347,12 @@ fn a_pools_minimum_of_small_nodes_makes_room_for_a_gang_of_large_ones() {
 
 /// A fixed node too small for the tests' jobs, a warm on-demand node (min 1) and an empty spot pool.
 fn return_to_spot_cfg() -> String {
-    format!("{G8}{}{}{}", fixed(1, 1), cloud("od", "on_demand", "max_nodes = 2\nmin_nodes = 1"), cloud("spot", "spot", "max_nodes = 2"))
+    format!(
+        "{G8}{}{}{}",
+        fixed(1, 1),
+        cloud("od", "on_demand", "max_nodes = 2\nmin_nodes = 1"),
+        cloud("spot", "spot", "max_nodes = 2")
+    )
 }
 
 #[test]
@@ -566,7 +587,11 @@ fn scale_out_respects_max_nodes_and_the_step_limit() {
     let cfg = format!(
         "{G8}{}{}",
         fixed(1, 1),
-        cloud("od", "on_demand", "max_nodes = 10\nmin_step_nodes = 2\nmax_step_fraction = 0.5\nscale_out_cooldown_s = 30")
+        cloud(
+            "od",
+            "on_demand",
+            "max_nodes = 10\nmin_step_nodes = 2\nmax_step_fraction = 0.5\nscale_out_cooldown_s = 30"
+        )
     );
     let mut h = Harness::new(&cfg);
     for _ in 0..12 {

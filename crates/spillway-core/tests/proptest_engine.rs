@@ -291,7 +291,10 @@ impl World<'_> {
         for (p, pool) in self.cfg.pools.iter().enumerate().filter(|(_, p)| p.market != Market::Fixed) {
             let alive = self.e.cluster().nodes.iter().filter(|n| n.pool == p && n.alive()).count() as u32;
             if alive > pool.max_nodes {
-                return Err(format!("t={}: pool {} has {alive} live nodes, max {}", self.now, pool.name, pool.max_nodes));
+                return Err(format!(
+                    "t={}: pool {} has {alive} live nodes, max {}",
+                    self.now, pool.name, pool.max_nodes
+                ));
             }
         }
         Ok(())
@@ -327,7 +330,8 @@ impl World<'_> {
         let roll = (self.launches as u64).wrapping_mul(2_654_435_761) % 100;
         let boot = self.case.boot_s[self.launches % self.case.boot_s.len()] as Time * 1000;
         self.launches += 1;
-        let ev = if (roll as u32) < self.case.fail_pct { Ev::Fail(node, roll.is_multiple_of(2)) } else { Ev::Ready(node) };
+        let ev =
+            if (roll as u32) < self.case.fail_pct { Ev::Fail(node, roll.is_multiple_of(2)) } else { Ev::Ready(node) };
         self.push(self.now + boot, ev);
     }
 
@@ -336,7 +340,10 @@ impl World<'_> {
         let now = self.now;
         let j = self.e.job(job).ok_or("start of an unknown job")?;
         if j.attempt != attempt || j.state != JobState::Running {
-            return Err(format!("t={now}: start of job {} attempt {attempt} but it is {:?}/{}", job.0, j.state, j.attempt));
+            return Err(format!(
+                "t={now}: start of job {} attempt {attempt} but it is {:?}/{}",
+                job.0, j.state, j.attempt
+            ));
         }
         if placement.len() != j.spec.workers as usize {
             return Err(format!("t={now}: job {} started {} of {} workers", job.0, placement.len(), j.spec.workers));
@@ -360,7 +367,10 @@ impl World<'_> {
             let b = self.e.job(by).ok_or("unknown preemptor")?;
             let (vp, bp) = (self.cfg.tiers[v.tier].priority, self.cfg.tiers[b.tier].priority);
             if vp <= bp {
-                return Err(format!("t={}: job {} (priority {vp}) preempted by job {} (priority {bp})", self.now, job.0, by.0));
+                return Err(format!(
+                    "t={}: job {} (priority {vp}) preempted by job {} (priority {bp})",
+                    self.now, job.0, by.0
+                ));
             }
             if !self.case.params.preemption {
                 return Err(format!("t={}: job {} preempted with the policy off", self.now, job.0));
@@ -451,7 +461,10 @@ fn drive(case: &Case) -> Result<(), String> {
         while jobs.get(next).is_some_and(|j| j.0 == t) {
             let (_, d, spec) = &jobs[next];
             if w.trace {
-                eprintln!("{t:>10} submit {} {} {}x{} for {d} ms", spec.name, spec.tier, spec.gpus_per_worker, spec.workers);
+                eprintln!(
+                    "{t:>10} submit {} {} {}x{} for {d} ms",
+                    spec.name, spec.tier, spec.gpus_per_worker, spec.workers
+                );
             }
             let id = w.e.submit(t, spec.clone()).map_err(|err| format!("t={t}: submit refused: {err}"))?;
             assert_eq!(id.0 as usize, w.remaining.len(), "job ids count submissions");

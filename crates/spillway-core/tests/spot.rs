@@ -5,8 +5,7 @@
 //! tests/engine.rs: inline TOML, events at chosen instants, invariants checked after every step.
 
 use spillway_core::{
-    Action, DecisionKind, Event, JobId, JobState, LaunchError, Market, NodeId,
-    NodeState, PendingReason, StopReason,
+    Action, DecisionKind, Event, JobId, JobState, LaunchError, Market, NodeId, NodeState, PendingReason, StopReason,
 };
 
 mod common;
@@ -61,7 +60,9 @@ min_step_nodes = 8
 
 /// [`SPOT`] plus a second spot pool of `a8` nodes.
 fn spot2() -> String {
-    format!("{SPOT}\n[[pools]]\nname = \"spot2\"\nmarket = \"spot\"\ninstance_types = [\"a8\"]\nmax_nodes = 8\nmin_step_nodes = 8\n")
+    format!(
+        "{SPOT}\n[[pools]]\nname = \"spot2\"\nmarket = \"spot\"\ninstance_types = [\"a8\"]\nmax_nodes = 8\nmin_step_nodes = 8\n"
+    )
 }
 
 /// Submits `n` p1 jobs of 8 GPUs now, lets them buy spot nodes (after the tier's 60 s burst delay), makes those
@@ -145,14 +146,20 @@ fn a_notice_checkpoints_the_job_drains_the_node_and_buys_a_replacement_in_the_sa
 #[test]
 fn a_notice_shorter_than_the_checkpoint_time_stops_the_job_without_a_checkpoint() {
     // (seconds between notice and reclaim, whether the job checkpoints); p1 needs 60 s to checkpoint.
-    for (notice_s, checkpoint) in [(30.0, false), (59.999, false), (0.0, false), (-10.0, false), (60.0, true), (120.0, true)] {
+    for (notice_s, checkpoint) in
+        [(30.0, false), (59.999, false), (0.0, false), (-10.0, false), (60.0, true), (120.0, true)]
+    {
         let mut h = Harness::new(SPOT);
         let [(job, node)] = on_spot(&mut h, 1)[..] else { unreachable!() };
         h.at(1000.0);
         h.notice(node, notice_s);
         let a = h.drain();
         let grace = if checkpoint { 60_000 } else { 0 };
-        assert_eq!(stops_with_grace(&a), vec![(job, 1, StopReason::Interrupted { checkpoint }, grace)], "notice {notice_s} s");
+        assert_eq!(
+            stops_with_grace(&a),
+            vec![(job, 1, StopReason::Interrupted { checkpoint }, grace)],
+            "notice {notice_s} s"
+        );
         // Without a checkpoint the work since the last interval checkpoint (1800 s for p1) is lost: 700 s x 8 GPUs.
         let lost = if checkpoint { 0 } else { 700_000 * 8 };
         assert_eq!(h.e.cluster().counters.lost_gpu_ms, lost, "notice {notice_s} s");
@@ -182,7 +189,8 @@ fn a_notice_too_short_to_checkpoint_still_buys_a_replacement_in_the_same_pass() 
         if launches(&a).is_empty() {
             let pending = h.job(job).pending;
             h.run_until(2000.0);
-            let first = h.records.iter().find(|d| d.kind == DecisionKind::ScaleOut && d.at >= 1_000_000).map(|d| d.at / 1000);
+            let first =
+                h.records.iter().find(|d| d.kind == DecisionKind::ScaleOut && d.at >= 1_000_000).map(|d| d.at / 1000);
             late.push(format!("{tier}: no launch in the notice's pass at 1000 s (pending {pending:?}; node reclaimed at 1030 s); first scale-out at {first:?} s"));
         }
     }
@@ -227,9 +235,12 @@ fn a_late_ready_report_for_a_node_ended_by_a_notice_does_not_lift_its_offerings_
     h.drain();
     assert_eq!(h.node(r.0).state, NodeState::Lost);
     let a = h.run_until(1010.0);
-    assert_eq!(launches(&a).iter().map(|x| (x.1, x.2)).collect::<Vec<_>>(), vec![(SPOT_POOL, B8)], "the backed-off a8 was bought again: {a:?}");
+    assert_eq!(
+        launches(&a).iter().map(|x| (x.1, x.2)).collect::<Vec<_>>(),
+        vec![(SPOT_POOL, B8)],
+        "the backed-off a8 was bought again: {a:?}"
+    );
 }
-
 
 #[test]
 fn a_job_writing_its_checkpoint_says_so() {
@@ -244,7 +255,12 @@ fn a_job_writing_its_checkpoint_says_so() {
     let a = h.drain();
     assert!(started(&a, job).is_none());
     // A free, ready node fits it: the only reason it waits is its checkpoint.
-    let said: Vec<&str> = h.records.iter().filter(|d| d.kind == DecisionKind::JobPending && d.subject == "job:0" && d.at >= 1_000_000).map(|d| d.reason).collect();
+    let said: Vec<&str> = h
+        .records
+        .iter()
+        .filter(|d| d.kind == DecisionKind::JobPending && d.subject == "job:0" && d.at >= 1_000_000)
+        .map(|d| d.reason)
+        .collect();
     assert_eq!(h.job(job).pending, PendingReason::Checkpointing, "records since the notice: {said:?}");
 }
 
@@ -363,7 +379,10 @@ fn notices_during_a_checkpoint_and_duplicate_notices_are_idempotent() {
     let a = h.drain();
     assert!(stops(&a).is_empty(), "{a:?}");
     assert_eq!(h.node(r1).state, NodeState::Draining);
-    assert_eq!((h.job(job).state, h.job(job).interruptions, h.job(job).not_before), (JobState::Queued, 1, Some(1_060_000)));
+    assert_eq!(
+        (h.job(job).state, h.job(job).interruptions, h.job(job).not_before),
+        (JobState::Queued, 1, Some(1_060_000))
+    );
     let l = launches(&a);
     assert_eq!(l.len(), 1, "new capacity for the job: {a:?}");
     let r2 = l[0].0;
@@ -406,7 +425,11 @@ fn two_interruptions_of_an_offering_within_an_hour_back_it_off_and_the_next_laun
     h.at(1000.0);
     h.notice(placed[0].1, 120.0);
     let a = h.drain();
-    assert_eq!(launches(&a).iter().map(|x| (x.1, x.2)).collect::<Vec<_>>(), vec![(SPOT_POOL, A8)], "one interruption backs nothing off");
+    assert_eq!(
+        launches(&a).iter().map(|x| (x.1, x.2)).collect::<Vec<_>>(),
+        vec![(SPOT_POOL, A8)],
+        "one interruption backs nothing off"
+    );
     h.at(1100.0);
     h.notice(placed[1].1, 120.0);
     let a = h.drain();
@@ -475,7 +498,13 @@ fn a_p1_job_interrupted_max_spot_interruptions_times_moves_to_on_demand() {
     h.runs_for(filler, 300.0);
     h.run_world(3000.0, 60.0);
     assert_eq!(h.job(filler).state, JobState::Succeeded);
-    let idle: Vec<NodeId> = h.e.cluster().nodes.iter().filter(|n| n.market == Market::Spot && n.state == NodeState::Ready && n.jobs.is_empty()).map(|n| n.id).collect();
+    let idle: Vec<NodeId> =
+        h.e.cluster()
+            .nodes
+            .iter()
+            .filter(|n| n.market == Market::Spot && n.state == NodeState::Ready && n.jobs.is_empty())
+            .map(|n| n.id)
+            .collect();
     assert!(!idle.is_empty(), "an idle spot node is ready");
 
     h.notice(node, 120.0);
@@ -534,7 +563,11 @@ fn a_p2_job_waits_out_spot_capacity_failures_and_never_gets_on_demand() {
     assert!(starts(&a).is_empty());
     for &j in &jobs {
         assert_eq!(h.job(j).state, JobState::Queued);
-        assert!(matches!(h.job(j).pending, PendingReason::NoCapacity | PendingReason::WaitingForNodes), "{:?}", h.job(j).pending);
+        assert!(
+            matches!(h.job(j).pending, PendingReason::NoCapacity | PendingReason::WaitingForNodes),
+            "{:?}",
+            h.job(j).pending
+        );
     }
     // Spot comes back: the jobs start there.
     for &j in &jobs {
@@ -560,7 +593,13 @@ const P0_CASES: [(&str, &str, Option<bool>); 3] = [
 #[test]
 fn p0_never_gets_a_spot_launch_whatever_happens() {
     for (rule, tiers, interruptible) in P0_CASES {
-        let cfg = format!("{}{tiers}", spot2().replace("name = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"a8\"]\nmax_nodes = 8", "name = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"a8\", \"b8\"]\nmax_nodes = 2"));
+        let cfg = format!(
+            "{}{tiers}",
+            spot2().replace(
+                "name = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"a8\"]\nmax_nodes = 8",
+                "name = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"a8\", \"b8\"]\nmax_nodes = 2"
+            )
+        );
         let mut h = Harness::new(&cfg);
         let p0 = |h: &mut Harness| {
             let mut s = spec("p0", 8, 1);
@@ -592,7 +631,13 @@ fn p0_never_gets_a_spot_launch_whatever_happens() {
         h.event(Event::NodeLost { node });
         all.extend(h.run_world(t + 600.0, 240.0));
         // A third p0 job waits past its SLO for on-demand room while the p1 job's spot node is idle and ready.
-        assert!(h.e.cluster().nodes.iter().any(|n| n.market == Market::Spot && n.state == NodeState::Ready && n.jobs.is_empty()), "{rule}");
+        assert!(
+            h.e.cluster()
+                .nodes
+                .iter()
+                .any(|n| n.market == Market::Spot && n.state == NodeState::Ready && n.jobs.is_empty()),
+            "{rule}"
+        );
         let third = p0(&mut h);
         h.runs_for(third, 600.0);
         let a = h.drain();
@@ -605,13 +650,23 @@ fn p0_never_gets_a_spot_launch_whatever_happens() {
         let p0_jobs = [first, second, third];
         for (job, _, p) in starts(&all) {
             if p0_jobs.contains(&job) {
-                assert!(p.iter().all(|(n, _)| h.node(*n).market != Market::Spot), "{rule}: p0 job {} started on spot: {p:?}", job.0);
+                assert!(
+                    p.iter().all(|(n, _)| h.node(*n).market != Market::Spot),
+                    "{rule}: p0 job {} started on spot: {p:?}",
+                    job.0
+                );
             }
         }
         // Every spot launch is one the p1 job asked for (it bought one node).
         let spot: Vec<_> = launches(&all).into_iter().filter(|x| h.node(x.0).market == Market::Spot).collect();
         assert!(spot.len() <= 1, "{rule}: spot launched for p0: {spot:?}");
-        assert!(h.records.iter().filter(|d| d.kind == DecisionKind::ScaleOut && d.subject.starts_with("pool:spot")).all(|d| !d.detail.contains("p0")), "{rule}: a spot scale-out for p0 demand");
+        assert!(
+            h.records
+                .iter()
+                .filter(|d| d.kind == DecisionKind::ScaleOut && d.subject.starts_with("pool:spot"))
+                .all(|d| !d.detail.contains("p0")),
+            "{rule}: a spot scale-out for p0 demand"
+        );
     }
     let _ = FIXED;
 }

@@ -77,7 +77,10 @@ fn a_gang_whose_gpu_count_overflows_is_refused_and_the_quota_sees_the_true_total
     // 4 x 2^30 GPUs wraps to 0 in u32: it must not slip under a 4-GPU quota that refuses 4 x 2.
     let err = refusal(&mut h, spec_of("p1", "capped", 4, 1 << 30));
     assert_eq!(err, SubmitError::GangOverflow { gpus: 4, workers: 1 << 30 });
-    assert!(err.to_string().starts_with("workers: 1073741824 workers of 4 GPUs need more than 4294967295 GPUs"), "{err}");
+    assert!(
+        err.to_string().starts_with("workers: 1073741824 workers of 4 GPUs need more than 4294967295 GPUs"),
+        "{err}"
+    );
     let err = refusal(&mut h, spec_of("p1", "capped", 4, 2));
     assert!(matches!(err, SubmitError::OverQuota { need: 8, quota: 4, .. }), "{err:?}");
     h.submit(spec_of("p1", "capped", 4, 1));
@@ -150,7 +153,10 @@ fn the_largest_gang_follows_pool_bounds_changed_by_events() {
     let mut t4 = spec("p1", 4, 1);
     t4.gpu_model = Some("T4".into());
     let err = refusal(&mut h, t4);
-    assert!(err.to_string().ends_with("is 0 (no pool it may use may have a node now that holds a worker of this size)"), "{err}");
+    assert!(
+        err.to_string().ends_with("is 0 (no pool it may use may have a node now that holds a worker of this size)"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -239,14 +245,20 @@ fn a_refused_replayed_submission_becomes_a_failed_job_and_keeps_later_ids() {
     h.check("submit_refused");
     assert_eq!(id, JobId(first.0 + 1));
     let j = h.job(id);
-    assert_eq!((j.state, j.ended, j.first_start, j.attempt_start, j.attempt), (JobState::Failed, Some(h.now), None, None, 0));
+    assert_eq!(
+        (j.state, j.ended, j.first_start, j.attempt_start, j.attempt),
+        (JobState::Failed, Some(h.now), None, None, 0)
+    );
     assert_eq!(j.total_gpus(), u32::MAX, "the size saturates");
     assert_eq!(h.e.queued(), 0);
     let a = h.drain();
     assert!(non_records(&a).is_empty(), "nothing is launched or started for it: {a:?}");
     let rec = h.records_of(DecisionKind::JobFinished, "refused_on_replay");
     assert_eq!(rec.len(), 1);
-    assert_eq!((rec[0].subject.as_str(), rec[0].detail.as_str(), rec[0].at), (format!("job:{}", id.0).as_str(), reason.as_str(), h.now));
+    assert_eq!(
+        (rec[0].subject.as_str(), rec[0].detail.as_str(), rec[0].at),
+        (format!("job:{}", id.0).as_str(), reason.as_str(), h.now)
+    );
     // Later submissions get the ids the log gave them, and the engine runs on.
     let next = h.submit(spec("p1", 1, 1));
     assert_eq!(next, JobId(id.0 + 1));
@@ -263,6 +275,7 @@ fn a_refused_replayed_submission_of_an_unknown_tier_gets_a_valid_tier() {
     let cfg = h.e.config();
     assert_eq!(cfg.tiers[h.job(id).tier].name, "p2", "the lowest-priority tier");
     assert_eq!(h.job(id).spec.tier, "gone", "the spec is kept as given");
-    let recorded = std::iter::from_fn(|| h.e.poll_action()).any(|a| matches!(a, Action::Record(d) if d.reason == "refused_on_replay"));
+    let recorded = std::iter::from_fn(|| h.e.poll_action())
+        .any(|a| matches!(a, Action::Record(d) if d.reason == "refused_on_replay"));
     assert!(recorded);
 }

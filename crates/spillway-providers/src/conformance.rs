@@ -20,9 +20,8 @@ impl<'a> Cleanup<'a> {
     /// Launches `spec`, remembering the instance for cleanup; panics naming `step` on error.
     fn launch(&self, spec: &LaunchSpec, step: &str) -> Instance {
         let result = self.provider.launch(spec);
-        let instance = result.unwrap_or_else(|e| {
-            panic!("{}: {step}: launch of node {} failed: {e}", self.provider.name(), spec.node)
-        });
+        let instance = result
+            .unwrap_or_else(|e| panic!("{}: {step}: launch of node {} failed: {e}", self.provider.name(), spec.node));
         self.track(&instance.id);
         instance
     }
@@ -61,9 +60,7 @@ impl Drop for Cleanup<'_> {
 }
 
 fn list(provider: &dyn Provider, cluster: &str, step: &str) -> Vec<Instance> {
-    provider
-        .list(cluster)
-        .unwrap_or_else(|e| panic!("{}: {step}: list({cluster:?}) failed: {e}", provider.name()))
+    provider.list(cluster).unwrap_or_else(|e| panic!("{}: {step}: list({cluster:?}) failed: {e}", provider.name()))
 }
 
 fn nodes(instances: &[Instance]) -> Vec<u32> {

@@ -46,8 +46,7 @@ pub(crate) fn signalable(pid: i32) -> bool {
 /// Whether the process that started as (`pid`, `start_time`) still runs: the pid exists, its start time matches
 /// (so the pid was not reused), and it is not a zombie waiting to be reaped.
 pub(crate) fn is_live(pid: i32, start_time: u64) -> bool {
-    signalable(pid)
-        && stat(pid).is_some_and(|s| s.start_time == start_time && !matches!(s.state, 'Z' | 'X'))
+    signalable(pid) && stat(pid).is_some_and(|s| s.start_time == start_time && !matches!(s.state, 'Z' | 'X'))
 }
 
 /// Sends `sig` to the process group `pgid` (an agent is a session leader, so its pgid is its pid), only if its
@@ -79,9 +78,7 @@ pub(crate) fn session_members(sid: i32, start_time: u64) -> Vec<i32> {
         .filter(|&pid| signalable(pid))
         .filter(|&pid| {
             // Members were forked by the leader, so they cannot predate it; this also skips anything odd.
-            stat(pid).is_some_and(|s| {
-                s.session == sid && s.start_time >= start_time && !matches!(s.state, 'Z' | 'X')
-            })
+            stat(pid).is_some_and(|s| s.session == sid && s.start_time >= start_time && !matches!(s.state, 'Z' | 'X'))
         })
         .collect()
 }

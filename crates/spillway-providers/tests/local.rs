@@ -350,10 +350,8 @@ fn terminate_kills_grandchildren_in_the_agent_session() {
     } else {
         ""
     };
-    let script = format!(
-        "GC={}; (trap '' TERM; exec sleep 1000) & echo $! >> \"$GC\"; {own_group} {AGENT}",
-        pids.display()
-    );
+    let script =
+        format!("GC={}; (trap '' TERM; exec sleep 1000) & echo $! >> \"$GC\"; {own_group} {AGENT}", pids.display());
     let p = provider(&tmp.0, &script, &[], 2000);
     let instance = p.launch(&spec("gc", 1, "gpu-small")).unwrap();
     let agent = record_pid(&tmp.0, &instance.id);

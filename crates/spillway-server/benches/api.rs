@@ -34,8 +34,13 @@ fn load(url: &str, token: &str, clients: usize, n: usize, submit: bool) -> (f64,
                     let t = Instant::now();
                     let ok = if submit {
                         let body = format!(r#"{{"name": "b{c}-{i}", "tier": "p2", "gpus": 1, "argv": ["true"]}}"#);
-                        agent.post(format!("{url}/v1/jobs")).header("Authorization", format!("Bearer {token}")).header("Content-Type", "application/json").send(body.as_str())
-                            .map(|r| r.status().as_u16() == 201).unwrap_or(false)
+                        agent
+                            .post(format!("{url}/v1/jobs"))
+                            .header("Authorization", format!("Bearer {token}"))
+                            .header("Content-Type", "application/json")
+                            .send(body.as_str())
+                            .map(|r| r.status().as_u16() == 201)
+                            .unwrap_or(false)
                     } else {
                         agent.get(format!("{url}/healthz")).call().map(|r| r.status().is_success()).unwrap_or(false)
                     };
@@ -60,7 +65,9 @@ fn load(url: &str, token: &str, clients: usize, n: usize, submit: bool) -> (f64,
 }
 
 /// Starts the daemon on `dir` in its own thread; returns (url, admin token, seconds to start, stop handle, thread).
-fn start(dir: &std::path::Path) -> Option<(String, String, f64, tokio::sync::oneshot::Sender<()>, std::thread::JoinHandle<anyhow::Result<()>>)> {
+fn start(
+    dir: &std::path::Path,
+) -> Option<(String, String, f64, tokio::sync::oneshot::Sender<()>, std::thread::JoinHandle<anyhow::Result<()>>)> {
     let opts = ServeOptions {
         daemon: DaemonOptions {
             data_dir: dir.to_path_buf(),
@@ -85,11 +92,15 @@ fn start(dir: &std::path::Path) -> Option<(String, String, f64, tokio::sync::one
     let t0 = Instant::now();
     let server = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-        rt.block_on(spillway_server::serve(opts, move |s| {
-            let _ = tx_info.send((s.url.clone(), s.admin_token.clone()));
-        }, async move {
-            let _ = rx_stop.await;
-        }))
+        rt.block_on(spillway_server::serve(
+            opts,
+            move |s| {
+                let _ = tx_info.send((s.url.clone(), s.admin_token.clone()));
+            },
+            async move {
+                let _ = rx_stop.await;
+            },
+        ))
     });
     match rx_info.recv() {
         Ok((url, token)) => Some((url, token, t0.elapsed().as_secs_f64(), tx_stop, server)),
@@ -121,7 +132,8 @@ fn main() {
     let _ = tx_stop.send(());
     let _ = server.join();
     let db = dir.join("spillway.db");
-    let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0) + std::fs::metadata(dir.join("spillway.db-wal")).map(|m| m.len()).unwrap_or(0);
+    let size = std::fs::metadata(&db).map(|m| m.len()).unwrap_or(0)
+        + std::fs::metadata(dir.join("spillway.db-wal")).map(|m| m.len()).unwrap_or(0);
     println!("  store: {:.1} MB for {} submissions", size as f64 / 1e6, clients * n);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -92,16 +92,26 @@ pub fn router(shared: Arc<Shared>) -> Router {
 /// serialization); that becomes an [`ErrorBody`] carrying its text, with the same status and other headers.
 async fn json_errors(r: Response) -> Response {
     let status = r.status();
-    let json = r.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"));
+    let json = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
     if !(status.is_client_error() || status.is_server_error()) || json {
         return r;
     }
     let (mut parts, body) = r.into_parts();
     // Error texts are short; a long one is not worth reading in full.
-    let text = axum::body::to_bytes(body, 4096).await.ok().map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
     let error = match (text.is_empty(), parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok())) {
         (false, _) => text,
-        (true, Some(allow)) if status == StatusCode::METHOD_NOT_ALLOWED => format!("method not allowed; this route allows {allow}"),
+        (true, Some(allow)) if status == StatusCode::METHOD_NOT_ALLOWED => {
+            format!("method not allowed; this route allows {allow}")
+        }
         (true, _) => status.canonical_reason().unwrap_or("error").to_lowercase(),
     };
     let body = serde_json::to_vec(&ErrorBody { error, field: None }).unwrap_or_default();
@@ -117,7 +127,9 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// Returns who is calling: 401 without a known user token (node tokens are not user tokens).
 fn user(s: &Shared, headers: &HeaderMap) -> ApiResult<Principal> {
-    let Some(tok) = bearer(headers) else { return Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token")) };
+    let Some(tok) = bearer(headers) else {
+        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token"));
+    };
     s.principal(tok).ok_or_else(|| ApiError::new(StatusCode::UNAUTHORIZED, "unknown token"))
 }
 
@@ -125,7 +137,9 @@ fn user(s: &Shared, headers: &HeaderMap) -> ApiResult<Principal> {
 fn admin(s: &Shared, headers: &HeaderMap) -> ApiResult<()> {
     match user(s, headers)? {
         Principal::Admin => Ok(()),
-        Principal::Team(t) => Err(ApiError::new(StatusCode::FORBIDDEN, format!("team `{t}` token: this needs the admin token"))),
+        Principal::Team(t) => {
+            Err(ApiError::new(StatusCode::FORBIDDEN, format!("team `{t}` token: this needs the admin token")))
+        }
     }
 }
 
@@ -150,11 +164,20 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
         let msg = inner.to_string();
         // serde names unknown and missing fields only in the message.
         let field = if path == "." { named_field(&msg) } else { Some(path) };
-        let status = if inner.is_syntax() || inner.is_eof() { StatusCode::BAD_REQUEST } else { StatusCode::UNPROCESSABLE_ENTITY };
+        let status = if inner.is_syntax() || inner.is_eof() {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
         ApiError(status, ErrorBody { error: format!("invalid request body: {msg}"), field })
     })?;
     // A second value or garbage after the first is a malformed request, not something to ignore.
-    de.end().map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("invalid request body: trailing input after the JSON value ({e})")))?;
+    de.end().map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: trailing input after the JSON value ({e})"),
+        )
+    })?;
     Ok(value)
 }
 
@@ -163,7 +186,10 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
 fn query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> ApiResult<T> {
     serde_urlencoded::from_str(raw.unwrap_or("")).map_err(|e| {
         let msg = e.to_string();
-        ApiError(StatusCode::UNPROCESSABLE_ENTITY, ErrorBody { error: format!("invalid query: {msg}"), field: named_field(&msg) })
+        ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorBody { error: format!("invalid query: {msg}"), field: named_field(&msg) },
+        )
     })
 }
 
@@ -178,7 +204,11 @@ fn page_limit(v: Option<&str>) -> ApiResult<usize> {
 
 /// Returns the position a `cursor` parameter stands for (`None` when absent), 422 when it is none of ours.
 fn cursor<T: std::str::FromStr>(v: Option<&str>) -> ApiResult<Option<T>> {
-    v.map(|c| c.parse::<T>().map_err(|_| bad("cursor", format!("{} is not a cursor of this list (use X-Next-Cursor)", shown(c))))).transpose()
+    v.map(|c| {
+        c.parse::<T>()
+            .map_err(|_| bad("cursor", format!("{} is not a cursor of this list (use X-Next-Cursor)", shown(c))))
+    })
+    .transpose()
 }
 
 /// Returns a numeric query parameter (`None` when absent), 422 naming it when it does not parse.
@@ -197,7 +227,8 @@ fn path_id(p: RawPath) -> ApiResult<u32> {
 
 /// Returns the name in a path once the caller is known: 400 naming `name` when it does not decode.
 fn path_name(p: RawPath) -> ApiResult<String> {
-    p.map(|Path(s)| s).map_err(|e| ApiError::field(StatusCode::BAD_REQUEST, "name", format!("bad name in the path: {e}")))
+    p.map(|Path(s)| s)
+        .map_err(|e| ApiError::field(StatusCode::BAD_REQUEST, "name", format!("bad name in the path: {e}")))
 }
 
 /// Returns the JSON array `page.items`, serialized now (the caller has released the state lock), with the next
@@ -226,7 +257,11 @@ async fn submit(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Respo
     req.check().map_err(|e| ApiError(StatusCode::UNPROCESSABLE_ENTITY, e))?;
     let team = match (&who, req.team.clone()) {
         (Principal::Team(t), Some(asked)) if *t != asked => {
-            return Err(ApiError::field(StatusCode::FORBIDDEN, "team", format!("a `{t}` token cannot submit for team `{asked}`")));
+            return Err(ApiError::field(
+                StatusCode::FORBIDDEN,
+                "team",
+                format!("a `{t}` token cannot submit for team `{asked}`"),
+            ));
         }
         (Principal::Team(t), _) => t.clone(),
         (Principal::Admin, team) => team.unwrap_or_else(|| "default".into()),
@@ -240,7 +275,9 @@ async fn submit(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Respo
     let mut st = s.state();
     // Check everything the engine would refuse before anything is logged: a refused job stores nothing.
     spillway_core::check_spec(st.engine.config(), &spec).map_err(|e| submit_error(&e))?;
-    let id = st.apply(now, Entry::Submit { spec, command })?.ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no job id"))?;
+    let id = st
+        .apply(now, Entry::Submit { spec, command })?
+        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no job id"))?;
     let view = st.engine.job(id).map(|j| views::job(&st, j));
     drop(st);
     s.flush();
@@ -256,7 +293,10 @@ fn ms(secs: f64) -> i64 {
 /// Returns the engine's spec of a checked submission at `now`; 422 for a deadline past what a time can hold.
 fn spec_of(req: &JobSubmit, team: String, now: Time) -> ApiResult<JobSpec> {
     let deadline = match req.deadline_s {
-        Some(d) => Some(now.checked_add(ms(d)).ok_or_else(|| bad("deadline_s", "deadline_s puts the deadline beyond the clock's range"))?),
+        Some(d) => Some(
+            now.checked_add(ms(d))
+                .ok_or_else(|| bad("deadline_s", "deadline_s puts the deadline beyond the clock's range"))?,
+        ),
         None => None,
     };
     Ok(JobSpec {
@@ -305,7 +345,9 @@ async fn list_jobs(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> 
     let limit = page_limit(q.limit.as_deref())?;
     let from = cursor::<u32>(q.cursor.as_deref())?;
     let state = match q.state.as_deref() {
-        Some(x) => Some(views::parse_job_state(x).ok_or_else(|| bad("state", format!("no job state {}; one of queued, running, succeeded, failed, cancelled", shown(x))))?),
+        Some(x) => Some(views::parse_job_state(x).ok_or_else(|| {
+            bad("state", format!("no job state {}; one of queued, running, succeeded, failed, cancelled", shown(x)))
+        })?),
         None => None,
     };
     if let Some(t) = q.team.as_deref().filter(|t| !s.has_team(t)) {
@@ -331,7 +373,8 @@ async fn list_jobs(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> 
             && tier.is_none_or(|x| x == j.tier)
     });
     drop(st);
-    let params = [("state", q.state), ("team", q.team), ("tier", q.tier)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v)));
+    let params =
+        [("state", q.state), ("team", q.team), ("tier", q.tier)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v)));
     let params = params.chain([("limit", limit.to_string())]).collect();
     Ok(page_response("/v1/jobs", params, page))
 }
@@ -343,7 +386,9 @@ fn visible(s: &Shared, who: &Principal, id: u32) -> ApiResult<spillway_api::JobV
     let v = views::job(&st, j);
     drop(st);
     match who {
-        Principal::Team(t) if *t != v.team => Err(ApiError::new(StatusCode::FORBIDDEN, format!("job {id} belongs to another team"))),
+        Principal::Team(t) if *t != v.team => {
+            Err(ApiError::new(StatusCode::FORBIDDEN, format!("job {id} belongs to another team")))
+        }
         _ => Ok(v),
     }
 }
@@ -438,7 +483,12 @@ async fn list_pools(State(s): S, headers: HeaderMap) -> ApiResult<Response> {
 
 /// Returns the index of pool `name`, or 404.
 fn pool_index(st: &crate::state::State, name: &str) -> ApiResult<usize> {
-    st.engine.config().pools.iter().position(|p| p.name == name).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no pool {}", shown(name))))
+    st.engine
+        .config()
+        .pools
+        .iter()
+        .position(|p| p.name == name)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no pool {}", shown(name))))
 }
 
 /// `POST /v1/pools/{name}/scale`: new min/max nodes of a cloud pool (admin).
@@ -451,12 +501,18 @@ async fn scale_pool(State(s): S, headers: HeaderMap, name: RawPath, body: Bytes)
     let p = &st.engine.config().pools[pool];
     let (min, max) = (req.min_nodes.unwrap_or(p.min_nodes), req.max_nodes.unwrap_or(p.max_nodes));
     if p.market == spillway_core::Market::Fixed {
-        return Err(ApiError::new(StatusCode::CONFLICT, format!("pool `{name}` is fixed: its nodes are listed in the config")));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("pool `{name}` is fixed: its nodes are listed in the config"),
+        ));
     }
     if min > max {
         return Err(bad("min_nodes", format!("min_nodes {min} > max_nodes {max}")));
     }
-    st.apply(now_ms(), Entry::Event(Event::SetPoolBounds { pool, min_nodes: req.min_nodes, max_nodes: req.max_nodes }))?;
+    st.apply(
+        now_ms(),
+        Entry::Event(Event::SetPoolBounds { pool, min_nodes: req.min_nodes, max_nodes: req.max_nodes }),
+    )?;
     let v = views::pools(&st).into_iter().nth(pool);
     drop(st);
     s.flush();
@@ -491,7 +547,11 @@ struct EventQuery {
 /// Returns the event subject `q` asks for (`job:3`, `node:1`, `pool:spot`), checking numbers and that at most one
 /// of `job`, `node` and `pool` is given; 422 naming the parameter.
 fn event_subject(q: &EventQuery) -> ApiResult<Option<String>> {
-    let given: Vec<&str> = [("job", &q.job), ("node", &q.node), ("pool", &q.pool)].into_iter().filter(|(_, v)| v.is_some()).map(|(k, _)| k).collect();
+    let given: Vec<&str> = [("job", &q.job), ("node", &q.node), ("pool", &q.pool)]
+        .into_iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| k)
+        .collect();
     if let Some(second) = given.get(1) {
         return Err(bad(second, "give at most one of job, node and pool"));
     }
@@ -520,9 +580,13 @@ async fn list_events(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -
     if let Some(p) = q.pool.as_deref() {
         pool_index(&st, p).map_err(|e| bad("pool", e.1.error))?;
     }
-    let page = views::events_page(&st, from, limit, |e| subject.as_ref().is_none_or(|x| e.subject == *x) && kind.is_none_or(|k| e.kind == k));
+    let page = views::events_page(&st, from, limit, |e| {
+        subject.as_ref().is_none_or(|x| e.subject == *x) && kind.is_none_or(|k| e.kind == k)
+    });
     drop(st);
-    let params = [("job", q.job), ("node", q.node), ("pool", q.pool), ("kind", q.kind)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v)));
+    let params = [("job", q.job), ("node", q.node), ("pool", q.pool), ("kind", q.kind)]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)));
     let params = params.chain([("limit", limit.to_string())]).collect();
     Ok(page_response("/v1/events", params, page))
 }
@@ -567,8 +631,13 @@ async fn cost(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> ApiRe
         match t {
             None => Ok(views::cost(&st, now)),
             Some(t) if t >= now - 1000 => Ok(views::cost(&st, now)),
-            Some(t) => match st.store.cost_snapshot_before(t).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))? {
-                Some((_, json)) => serde_json::from_str(&json).map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+            Some(t) => match st
+                .store
+                .cost_snapshot_before(t)
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+            {
+                Some((_, json)) => serde_json::from_str(&json)
+                    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
                 None => Ok(spillway_api::CostView::default()),
             },
         }
@@ -592,11 +661,19 @@ async fn metrics(State(s): S) -> Response {
 /// `POST /v1/agent/heartbeat`: node tokens only, and only for their own node; 410 when the node is gone. The
 /// token is checked before the body is parsed.
 async fn heartbeat(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
-    let Some(tok) = bearer(&headers) else { return Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token")) };
-    let Some(owner) = s.node_of_token(tok) else { return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unknown node token")) };
+    let Some(tok) = bearer(&headers) else {
+        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token"));
+    };
+    let Some(owner) = s.node_of_token(tok) else {
+        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "unknown node token"));
+    };
     let hb: Heartbeat = parse(&body)?;
     if owner != hb.node {
-        return Err(ApiError::field(StatusCode::FORBIDDEN, "node", format!("node {owner}'s token cannot report for node {}", hb.node)));
+        return Err(ApiError::field(
+            StatusCode::FORBIDDEN,
+            "node",
+            format!("node {owner}'s token cannot report for node {}", hb.node),
+        ));
     }
     match s.heartbeat(&hb)? {
         Some(reply) => Ok(axum::Json(reply).into_response()),

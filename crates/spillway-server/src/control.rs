@@ -21,9 +21,16 @@ impl State {
     /// instances of alive nodes, terminates instances of ended or unknown nodes, loses nodes whose instance
     /// vanished (and restarts fixed nodes' agents). At `startup` a launch that never came back failed, and every
     /// adopted node must report before work is handed out (its agent may still run stopped attempts).
-    pub fn reconcile(&mut self, now: Time, listed: &[Instance], asked_at: Time, startup: bool) -> Result<(), ApplyError> {
+    pub fn reconcile(
+        &mut self,
+        now: Time,
+        listed: &[Instance],
+        asked_at: Time,
+        startup: bool,
+    ) -> Result<(), ApplyError> {
         let by_node: BTreeMap<u32, &Instance> = listed.iter().map(|i| (i.node, i)).collect();
-        let nodes: Vec<(u32, NodeState, Market)> = self.engine.cluster().nodes.iter().map(|n| (n.id.0, n.state, n.market)).collect();
+        let nodes: Vec<(u32, NodeState, Market)> =
+            self.engine.cluster().nodes.iter().map(|n| (n.id.0, n.state, n.market)).collect();
         for &(id, state, market) in &nodes {
             let alive = matches!(state, NodeState::Requested | NodeState::Ready | NodeState::Draining);
             match (by_node.get(&id), alive) {
@@ -38,7 +45,10 @@ impl State {
                 }
                 (None, true) if self.fencing.contains_key(&id) || self.launching.contains(&id) => {}
                 // A launch may be in flight, or a node may have come up after the listing was asked for.
-                (None, true) if !startup && (state == NodeState::Requested || self.launched.get(&id).is_none_or(|&t| t >= asked_at)) => {}
+                (None, true)
+                    if !startup
+                        && (state == NodeState::Requested || self.launched.get(&id).is_none_or(|&t| t >= asked_at)) => {
+                }
                 (None, true) => self.vanished(now, id, state, market)?,
                 (Some(inst), false) => self.effects.push(Effect::TerminateInstance { id: inst.id.clone() }),
                 (None, false) => {}
@@ -101,7 +111,12 @@ impl State {
 
     /// Reports a launch's result: the instance is recorded (the node becomes ready when its agent registers), or
     /// the typed error goes to the engine so it backs off that offering only.
-    pub fn launch_result(&mut self, now: Time, node: u32, result: Result<String, ProviderError>) -> Result<(), ApplyError> {
+    pub fn launch_result(
+        &mut self,
+        now: Time,
+        node: u32,
+        result: Result<String, ProviderError>,
+    ) -> Result<(), ApplyError> {
         self.launching.remove(&node);
         match result {
             Ok(id) => {
@@ -140,17 +155,26 @@ impl State {
         if let Some(f) = &self.fatal {
             return Err(ApplyError::Stopped(f.clone()));
         }
-        let nodes: Vec<(u32, NodeState, Market, usize)> =
-            self.engine.cluster().nodes.iter().filter(|n| n.alive()).map(|n| (n.id.0, n.state, n.market, n.pool)).collect();
+        let nodes: Vec<(u32, NodeState, Market, usize)> = self
+            .engine
+            .cluster()
+            .nodes
+            .iter()
+            .filter(|n| n.alive())
+            .map(|n| (n.id.0, n.state, n.market, n.pool))
+            .collect();
         // A node that ended (scaled in, failed, lost) will never report: it holds back nothing.
         let awaiting = std::mem::take(&mut self.awaiting);
         self.awaiting = awaiting.into_iter().filter(|&n| self.alive(n)).collect();
         for &(id, state, _, pool) in &nodes {
             let seen = *self.seen.entry(id).or_insert(now);
             match state {
-                NodeState::Ready | NodeState::Draining if now - seen > self.opts.heartbeat_timeout_ms => self.fence(now, id),
+                NodeState::Ready | NodeState::Draining if now - seen > self.opts.heartbeat_timeout_ms => {
+                    self.fence(now, id)
+                }
                 NodeState::Requested => {
-                    let boot = (self.engine.config().pools[pool].boot_latency_s.max(0.0) * 1000.0) as Time + self.opts.boot_grace_ms;
+                    let boot = (self.engine.config().pools[pool].boot_latency_s.max(0.0) * 1000.0) as Time
+                        + self.opts.boot_grace_ms;
                     if self.launched.get(&id).is_some_and(|&t| now - t > boot) {
                         self.launched.remove(&id);
                         let error = LaunchError::Transient("the agent never registered".into());
@@ -189,7 +213,13 @@ impl State {
     }
 
     /// Injected interruptions (the local provider's stand-in for the cloud reclaiming spot capacity).
-    fn inject_interruptions(&mut self, now: Time, dt_ms: Time, nodes: &[(u32, NodeState, Market, usize)], rng: &mut impl Rng) -> Result<(), ApplyError> {
+    fn inject_interruptions(
+        &mut self,
+        now: Time,
+        dt_ms: Time,
+        nodes: &[(u32, NodeState, Market, usize)],
+        rng: &mut impl Rng,
+    ) -> Result<(), ApplyError> {
         let mut victims = Vec::new();
         for &(id, state, market, pool) in nodes {
             let rate = self.engine.config().pools[pool].interruption_rate_per_hour;
@@ -212,10 +242,19 @@ impl State {
     /// Sends an interruption notice for a ready spot node: its jobs checkpoint and move; the node is reclaimed at
     /// the deadline (now + the pool's notice). Refuses a node that is not a live spot node.
     pub fn interrupt(&mut self, now: Time, node: u32) -> Result<(), ApplyError> {
-        let n = self.engine.cluster().nodes.get(node as usize).ok_or_else(|| ApplyError::Engine(format!("no node {node}")))?;
+        let n = self
+            .engine
+            .cluster()
+            .nodes
+            .get(node as usize)
+            .ok_or_else(|| ApplyError::Engine(format!("no node {node}")))?;
         if n.market != Market::Spot || !n.alive() {
-            let state = serde_json::to_value(n.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-            return Err(ApplyError::Engine(format!("node {node} is not a live spot node (market {}, state {state})", n.market.as_str())));
+            let state =
+                serde_json::to_value(n.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            return Err(ApplyError::Engine(format!(
+                "node {node} is not a live spot node (market {}, state {state})",
+                n.market.as_str()
+            )));
         }
         if self.reclaim_at.contains_key(&node) {
             return Err(ApplyError::Engine(format!("node {node} already has an interruption notice")));

@@ -5,8 +5,8 @@
 use crate::datadir::{DataDir, Marker, TokenFile, ct_eq, new_token, token_hash};
 use crate::state::{ApplyError, Effect, State, StateOptions};
 use crate::store::Store;
-use rand_chacha::ChaCha8Rng;
 use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use spillway_api::{Heartbeat, HeartbeatReply};
 use spillway_core::{Config, Engine, Time};
 use spillway_providers::{Provider, ProviderError};
@@ -94,7 +94,13 @@ impl Shared {
     /// Locks and opens the data dir, checks the store against what the directory remembers and the config against
     /// the one the store was created with, rebuilds the engine by replaying the log, and loads or creates the user
     /// tokens (their hashes in the store, the tokens in `tokens.json` and `client.json`, with `url`).
-    pub fn open(opts: DaemonOptions, config_name: &str, config_text: &str, provider: Arc<dyn Provider>, url: &str) -> Result<Shared, StartError> {
+    pub fn open(
+        opts: DaemonOptions,
+        config_name: &str,
+        config_text: &str,
+        provider: Arc<dyn Provider>,
+        url: &str,
+    ) -> Result<Shared, StartError> {
         let data_dir = DataDir::lock(&opts.data_dir)?;
         let mut store = Store::open(&data_dir.db_path())?;
         if let Err(e) = data_dir.check_store(store.meta("cluster_id")?.as_deref(), store.last_seq()) {
@@ -119,7 +125,8 @@ impl Shared {
         };
         let (principals, tokens) = user_tokens(&store, &data_dir, &cfg, url)?;
         let jobs_dir = opts.jobs_dir();
-        make_jobs_dir(&jobs_dir, opts.run_as.is_some()).map_err(|e| StartError::Config(format!("creating {}: {e}", jobs_dir.display())))?;
+        make_jobs_dir(&jobs_dir, opts.run_as.is_some())
+            .map_err(|e| StartError::Config(format!("creating {}: {e}", jobs_dir.display())))?;
         let sopts = StateOptions {
             jobs_dir,
             cluster_id: cluster_id.clone(),
@@ -352,7 +359,12 @@ fn make_jobs_dir(dir: &std::path::Path, run_as: bool) -> std::io::Result<()> {
 
 /// Returns the config and start time the store was created with (recording them on first use); refuses another
 /// config than the store's.
-fn stored_config(store: &Store, opts: &DaemonOptions, config_name: &str, config_text: &str) -> Result<(String, Time), StartError> {
+fn stored_config(
+    store: &Store,
+    opts: &DaemonOptions,
+    config_name: &str,
+    config_text: &str,
+) -> Result<(String, Time), StartError> {
     match (store.meta("config")?, store.meta("start_ms")?) {
         (Some(stored), Some(start)) => {
             if stored != config_text {
@@ -376,7 +388,12 @@ fn stored_config(store: &Store, opts: &DaemonOptions, config_name: &str, config_
 
 /// Loads the user tokens: a token from `tokens.json` whose hash the store holds is kept; a missing one is created
 /// (its hash stored). Plain tokens an older version kept in the store move to the files. Writes the token files.
-fn user_tokens(store: &Store, dir: &DataDir, cfg: &Config, url: &str) -> Result<(Vec<(String, Principal)>, TokenFile), StartError> {
+fn user_tokens(
+    store: &Store,
+    dir: &DataDir,
+    cfg: &Config,
+    url: &str,
+) -> Result<(Vec<(String, Principal)>, TokenFile), StartError> {
     let file = dir.read_tokens();
     let mut teams: BTreeSet<String> = cfg.teams.iter().map(|t| t.name.clone()).collect();
     teams.insert("default".into());
@@ -390,7 +407,8 @@ fn user_tokens(store: &Store, dir: &DataDir, cfg: &Config, url: &str) -> Result<
         principals.push((token_hash(&tok), Principal::Team(t.clone())));
         out.teams.insert(t, tok);
     }
-    dir.write_tokens(&out).map_err(|e| StartError::Config(format!("writing the token files in {}: {e}", dir.path.display())))?;
+    dir.write_tokens(&out)
+        .map_err(|e| StartError::Config(format!("writing the token files in {}: {e}", dir.path.display())))?;
     Ok((principals, out))
 }
 
@@ -404,7 +422,11 @@ fn one_token(store: &Store, who: &str, from_file: Option<&String>) -> Result<Str
             return Ok(t.clone());
         }
     }
-    let legacy_key = if who == "admin" { "admin_token".to_string() } else { format!("team_token:{}", who.trim_start_matches("team:")) };
+    let legacy_key = if who == "admin" {
+        "admin_token".to_string()
+    } else {
+        format!("team_token:{}", who.trim_start_matches("team:"))
+    };
     let token = match (store.meta(&legacy_key)?, &stored) {
         (Some(plain), None) => plain,
         _ => {

@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 pub enum DataDirError {
     #[error("data directory {dir}: {message}")]
     Io { dir: String, message: String },
-    #[error("data directory {dir} is in use by another spillway daemon (pid {pid}); stop it first, or use another --data-dir")]
+    #[error(
+        "data directory {dir} is in use by another spillway daemon (pid {pid}); stop it first, or use another --data-dir"
+    )]
     Locked { dir: String, pid: String },
     #[error(
         "data directory {dir}: {what}; refusing to start on a store that lost data. Restore {db} from a backup, or \
@@ -48,7 +50,8 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
+    let mut f =
+        OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)
@@ -105,8 +108,15 @@ impl DataDir {
         let io = |e: std::io::Error| DataDirError::Io { dir: dir.clone(), message: e.to_string() };
         private_dir(path).map_err(io)?;
         let lock_path = path.join("daemon.lock");
-        let mut lock =
-            OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&lock_path).map_err(io)?;
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&lock_path)
+            .map_err(io)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -147,14 +157,23 @@ impl DataDir {
     /// Checks a store against what the directory remembers: a store without a cluster id in a used directory, one
     /// of another cluster, or one with fewer log entries than it had, is a lost store.
     pub fn check_store(&self, cluster_id: Option<&str>, last_seq: i64) -> Result<(), DataDirError> {
-        let lost = |what: String| DataDirError::LostStore { dir: self.path.display().to_string(), db: self.db_path().display().to_string(), what };
+        let lost = |what: String| DataDirError::LostStore {
+            dir: self.path.display().to_string(),
+            db: self.db_path().display().to_string(),
+            what,
+        };
         let marker = self.marker();
         match (cluster_id, marker) {
-            (None, _) if self.used_before() => Err(lost("the store is empty or new, but the directory was used before".into())),
-            (Some(id), Some(m)) if m.cluster_id != id => Err(lost(format!("the store belongs to cluster {id}, the directory to {}", m.cluster_id))),
-            (Some(_), Some(m)) if last_seq < m.log_seq => {
-                Err(lost(format!("the store's log ends at entry {last_seq}, but it held {} entries before (a deleted WAL?)", m.log_seq)))
+            (None, _) if self.used_before() => {
+                Err(lost("the store is empty or new, but the directory was used before".into()))
             }
+            (Some(id), Some(m)) if m.cluster_id != id => {
+                Err(lost(format!("the store belongs to cluster {id}, the directory to {}", m.cluster_id)))
+            }
+            (Some(_), Some(m)) if last_seq < m.log_seq => Err(lost(format!(
+                "the store's log ends at entry {last_seq}, but it held {} entries before (a deleted WAL?)",
+                m.log_seq
+            ))),
             _ => Ok(()),
         }
     }
@@ -187,7 +206,8 @@ impl DataDir {
     pub fn write_tokens(&self, t: &TokenFile) -> std::io::Result<()> {
         let tokens = serde_json::to_vec_pretty(t).map_err(std::io::Error::other)?;
         write_private(&self.path.join("tokens.json"), &tokens)?;
-        let client = serde_json::to_vec_pretty(&serde_json::json!({"server": t.server, "token": t.admin})).map_err(std::io::Error::other)?;
+        let client = serde_json::to_vec_pretty(&serde_json::json!({"server": t.server, "token": t.admin}))
+            .map_err(std::io::Error::other)?;
         write_private(&self.path.join("client.json"), &client)
     }
 }

@@ -192,7 +192,8 @@ fn refuse(stream: TcpStream, rejecting: &Arc<Semaphore>) {
 fn service(
     app: Router,
     limits: Arc<Limits>,
-) -> impl hyper::service::Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone {
+) -> impl hyper::service::Service<Request<Incoming>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone
+{
     hyper::service::service_fn(move |req: Request<Incoming>| {
         let (app, limits) = (app.clone(), limits.clone());
         async move { Ok::<_, Infallible>(handle(app, req, &limits).await) }
@@ -231,14 +232,21 @@ enum BodyError {
 /// A body over the limit is still read, and dropped, up to [`DRAIN_FACTOR`] times the limit within the body
 /// timeout: a client that writes its whole body before reading (most do) would otherwise meet a reset instead of
 /// the 413. Past that, or when the client waits for `100-continue`, the 413 goes out at once.
-async fn read_body(headers: &axum::http::HeaderMap, mut body: Incoming, limits: &Limits) -> Result<axum::body::Bytes, Response<Body>> {
+async fn read_body(
+    headers: &axum::http::HeaderMap,
+    mut body: Incoming,
+    limits: &Limits,
+) -> Result<axum::body::Bytes, Response<Body>> {
     let max = limits.max_body_bytes;
     let drain = max.saturating_mul(DRAIN_FACTOR);
-    let too_large = || error_response(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than {max} bytes"));
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    let too_large =
+        || error_response(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than {max} bytes"));
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
     if let Some(n) = declared.filter(|&n| n > max as u64) {
         // Reading the body would ask a 100-continue client to send it; a huge one is not worth reading.
-        let expects_continue = headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let expects_continue =
+            headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         if !expects_continue && n <= drain as u64 {
             let _ = tokio::time::timeout(limits.body_read_timeout, collect(&mut body, 0, drain, 0)).await;
         }
@@ -248,7 +256,9 @@ async fn read_body(headers: &axum::http::HeaderMap, mut body: Incoming, limits: 
     match tokio::time::timeout(limits.body_read_timeout, collect(&mut body, max, drain, capacity)).await {
         Ok(Ok(bytes)) => Ok(bytes.into()),
         Ok(Err(BodyError::TooLarge)) => Err(too_large()),
-        Ok(Err(BodyError::Read(e))) => Err(error_response(StatusCode::BAD_REQUEST, format!("reading the request body: {e}"))),
+        Ok(Err(BodyError::Read(e))) => {
+            Err(error_response(StatusCode::BAD_REQUEST, format!("reading the request body: {e}")))
+        }
         Err(_) => Err(error_response(
             StatusCode::REQUEST_TIMEOUT,
             format!("the request body did not arrive within {} s", limits.body_read_timeout.as_secs_f64()),

@@ -50,7 +50,8 @@ pub async fn serve(
     started: impl FnOnce(&Started),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(opts.listen).await.with_context(|| format!("binding {}", opts.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(opts.listen).await.with_context(|| format!("binding {}", opts.listen))?;
     let addr = listener.local_addr()?;
     let url = format!("http://{addr}");
     let mut capacity = std::collections::BTreeMap::new();
@@ -61,7 +62,11 @@ pub async fn serve(
             *capacity.entry(t.clone()).or_insert(0) += *n;
         }
     }
-    let mut local = spillway_providers::LocalOptions::new(opts.daemon.data_dir.join("provider"), opts.agent_command.clone(), url.clone());
+    let mut local = spillway_providers::LocalOptions::new(
+        opts.daemon.data_dir.join("provider"),
+        opts.agent_command.clone(),
+        url.clone(),
+    );
     local.capacity = capacity;
     local.run_as = opts.daemon.run_as.clone();
     let provider = Arc::new(spillway_providers::LocalProvider::new(local).context("starting the local provider")?);

@@ -112,13 +112,18 @@ fn id_param(name: &str, kind: &str) -> Value {
 /// Returns the document.
 pub fn document() -> Value {
     let obj = |props: &[(&str, &str)], required: &[&str]| {
-        let p: serde_json::Map<String, Value> = props.iter().map(|(k, t)| (k.to_string(), json!({"type": t}))).collect();
+        let p: serde_json::Map<String, Value> =
+            props.iter().map(|(k, t)| (k.to_string(), json!({"type": t}))).collect();
         json!({"type": "object", "properties": p, "required": required})
     };
     let states: Vec<&str> = crate::views::JOB_STATES.iter().map(|s| crate::views::job_state(*s)).collect();
     let kinds: Vec<&str> = crate::views::DECISION_KINDS.iter().map(|k| crate::views::decision_kind(*k)).collect();
     let string = json!({"type": "string"});
-    let jobs_params = vec![param("state", json!({"type": "string", "enum": states})), param("team", string.clone()), param("tier", string.clone())];
+    let jobs_params = vec![
+        param("state", json!({"type": "string", "enum": states})),
+        param("team", string.clone()),
+        param("tier", string.clone()),
+    ];
     let event_params = vec![
         param("job", json!({"type": "integer"})),
         param("node", json!({"type": "integer"})),
@@ -126,7 +131,10 @@ pub fn document() -> Value {
         param("kind", json!({"type": "string", "enum": kinds})),
     ];
     let mut cost = op("Cost so far by team, tier, pool and market (admin)", None, "200", r("CostView"));
-    cost["parameters"] = json!([param("since", json!({"type": "number", "minimum": 0})), param("until", json!({"type": "number", "minimum": 0}))]);
+    cost["parameters"] = json!([
+        param("since", json!({"type": "number", "minimum": 0})),
+        param("until", json!({"type": "number", "minimum": 0}))
+    ]);
     json!({
         "openapi": "3.1.0",
         "info": {"title": "Spillway", "version": env!("CARGO_PKG_VERSION"), "description": "Elastic GPU capacity manager: jobs, nodes, pools, decisions and cost. \

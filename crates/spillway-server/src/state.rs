@@ -355,7 +355,9 @@ impl State {
     /// only workers node `n`'s token may report exits and checkpoints for.
     pub fn owns(&self, n: u32, w: WorkerRef) -> bool {
         self.engine.job(JobId(w.job)).is_some_and(|j| {
-            j.state == JobState::Running && j.attempt == w.attempt && j.placement.get(w.rank as usize).is_some_and(|&(on, _)| on.0 == n)
+            j.state == JobState::Running
+                && j.attempt == w.attempt
+                && j.placement.get(w.rank as usize).is_some_and(|&(on, _)| on.0 == n)
         })
     }
 
@@ -404,7 +406,8 @@ impl State {
     /// Returns whether another attempt of `job` than `attempt` may be running: reported by an agent, or handed
     /// out and not yet seen gone.
     pub fn other_attempt_running(&self, job: u32, attempt: u32) -> bool {
-        let other = |m: &BTreeMap<u32, BTreeMap<u32, u32>>| m.get(&job).is_some_and(|a| a.keys().any(|&k| k != attempt));
+        let other =
+            |m: &BTreeMap<u32, BTreeMap<u32, u32>>| m.get(&job).is_some_and(|a| a.keys().any(|&k| k != attempt));
         other(&self.attempts_running) || other(&self.attempts_handed)
     }
 
@@ -423,7 +426,10 @@ impl State {
         let failed = ranks.values().any(|ok| !ok);
         if failed || ranks.len() >= world {
             self.exits.remove(&(w.job, w.attempt));
-            self.apply(now, Entry::Event(Event::JobExited { job: JobId(w.job), attempt: w.attempt, success: !failed }))?;
+            self.apply(
+                now,
+                Entry::Event(Event::JobExited { job: JobId(w.job), attempt: w.attempt, success: !failed }),
+            )?;
             return Ok(true);
         }
         // Not acknowledged until the whole attempt is logged, so a restart cannot lose a gang's earlier exits.

@@ -31,13 +31,19 @@ pub struct JobCommand {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Entry {
-    Submit { spec: JobSpec, command: JobCommand },
+    Submit {
+        spec: JobSpec,
+        command: JobCommand,
+    },
     Event(Event),
     /// `Engine::handle_timeout`.
     Wake,
     /// A launch of `node` was issued a fresh agent token (its SHA-256, hex); earlier tokens of the node are void.
     /// The daemon only; the engine never sees it.
-    NodeToken { node: u32, hash: String },
+    NodeToken {
+        node: u32,
+        hash: String,
+    },
 }
 
 /// Store errors name the operation and the database file.
@@ -89,10 +95,13 @@ impl Store {
         for suffix in ["-wal", "-shm"] {
             let side = format!("{file}{suffix}");
             if Path::new(&side).exists() {
-                private_file(Path::new(&side)).map_err(|e| StoreError::Io { file: side.clone(), message: e.to_string() })?;
+                private_file(Path::new(&side))
+                    .map_err(|e| StoreError::Io { file: side.clone(), message: e.to_string() })?;
             }
         }
-        let last_seq = conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM log", [], |r| r.get(0)).map_err(sql("read log length"))?;
+        let last_seq = conn
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM log", [], |r| r.get(0))
+            .map_err(sql("read log length"))?;
         Ok(Store { conn, file, last_seq, crash_after: None })
     }
 
@@ -119,7 +128,11 @@ impl Store {
     /// Appends one input at `at_ms`; committed when this returns. A failing write is retried a few times (a busy
     /// or briefly failing disk) before the error is returned.
     pub fn append(&mut self, at_ms: i64, entry: &Entry) -> Result<(), StoreError> {
-        let text = serde_json::to_string(entry).map_err(|e| StoreError::Corrupt { file: self.file.clone(), seq: -1, message: e.to_string() })?;
+        let text = serde_json::to_string(entry).map_err(|e| StoreError::Corrupt {
+            file: self.file.clone(),
+            seq: -1,
+            message: e.to_string(),
+        })?;
         match &mut self.crash_after {
             Some(0) => return Err(StoreError::Io { file: self.file.clone(), message: "injected crash".into() }),
             Some(n) => *n -= 1,
@@ -127,7 +140,10 @@ impl Store {
         }
         let mut tries = APPEND_RETRIES.iter();
         loop {
-            let done = self.conn.prepare_cached("INSERT INTO log (at_ms, entry) VALUES (?1, ?2)").and_then(|mut s| s.execute(params![at_ms, text]));
+            let done = self
+                .conn
+                .prepare_cached("INSERT INTO log (at_ms, entry) VALUES (?1, ?2)")
+                .and_then(|mut s| s.execute(params![at_ms, text]));
             match done {
                 Ok(_) => {
                     self.last_seq = self.conn.last_insert_rowid();
@@ -146,14 +162,19 @@ impl Store {
 
     /// Returns the whole log in order, as (sequence number, time, entry).
     pub fn load_log(&self) -> Result<Vec<(i64, i64, Entry)>, StoreError> {
-        let mut stmt = self.conn.prepare("SELECT seq, at_ms, entry FROM log ORDER BY seq").map_err(self.err("read log"))?;
+        let mut stmt =
+            self.conn.prepare("SELECT seq, at_ms, entry FROM log ORDER BY seq").map_err(self.err("read log"))?;
         let rows = stmt
             .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)))
             .map_err(self.err("read log"))?;
         let mut out = Vec::new();
         for row in rows {
             let (seq, at, text) = row.map_err(self.err("read log"))?;
-            let entry = serde_json::from_str(&text).map_err(|e| StoreError::Corrupt { file: self.file.clone(), seq, message: e.to_string() })?;
+            let entry = serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                file: self.file.clone(),
+                seq,
+                message: e.to_string(),
+            })?;
             out.push((seq, at, entry));
         }
         Ok(out)
@@ -192,9 +213,11 @@ impl Store {
     /// Returns the last cost snapshot at or before `at_ms` (time and JSON), if any.
     pub fn cost_snapshot_before(&self, at_ms: i64) -> Result<Option<(i64, String)>, StoreError> {
         self.conn
-            .query_row("SELECT at_ms, cost FROM cost_snapshots WHERE at_ms <= ?1 ORDER BY at_ms DESC LIMIT 1", params![at_ms], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                "SELECT at_ms, cost FROM cost_snapshots WHERE at_ms <= ?1 ORDER BY at_ms DESC LIMIT 1",
+                params![at_ms],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .optional()
             .map_err(self.err("read cost snapshot"))
     }

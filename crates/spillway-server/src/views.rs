@@ -21,7 +21,8 @@ pub fn job_state(s: JobState) -> &'static str {
 }
 
 /// Every job state, in the order of its life.
-pub const JOB_STATES: [JobState; 5] = [JobState::Queued, JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Cancelled];
+pub const JOB_STATES: [JobState; 5] =
+    [JobState::Queued, JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Cancelled];
 
 /// Returns the job state an API name (`queued`, ...) stands for, or `None` for a name no state has.
 pub fn parse_job_state(name: &str) -> Option<JobState> {

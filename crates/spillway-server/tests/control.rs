@@ -24,7 +24,13 @@ fn dir(name: &str) -> PathBuf {
 fn open(dir: &Path, now: Time) -> (State, BTreeMap<u32, String>) {
     let store = Store::open(&dir.join("spillway.db")).unwrap();
     let cfg = Config::parse("local.toml", CONFIG).unwrap();
-    let opts = StateOptions { jobs_dir: dir.join("jobs"), cluster_id: "c".into(), heartbeat_timeout_ms: 3_000, boot_grace_ms: 5_000, reconcile_every_ms: 60_000 };
+    let opts = StateOptions {
+        jobs_dir: dir.join("jobs"),
+        cluster_id: "c".into(),
+        heartbeat_timeout_ms: 3_000,
+        boot_grace_ms: 5_000,
+        reconcile_every_ms: 60_000,
+    };
     let mut st = State::new(Engine::new(cfg, T0), store, opts, now);
     st.replay().unwrap();
     st.reconcile(now, &[], now, true).unwrap();
@@ -53,7 +59,14 @@ fn spec(workers: u32) -> JobSpec {
     }
 }
 
-fn beat(st: &mut State, now: Time, node: u32, seq: u64, running: Vec<WorkerRef>, exited: Vec<WorkerExit>) -> spillway_api::HeartbeatReply {
+fn beat(
+    st: &mut State,
+    now: Time,
+    node: u32,
+    seq: u64,
+    running: Vec<WorkerRef>,
+    exited: Vec<WorkerExit>,
+) -> spillway_api::HeartbeatReply {
     let hb = Heartbeat { node, seq, applied: seq.saturating_sub(1), running, exited, ..Default::default() };
     st.heartbeat(now, &hb).unwrap().expect("the node is alive")
 }
@@ -63,7 +76,11 @@ fn a_finished_job_is_never_handed_out_again_after_a_restart() {
     let d = dir("finished");
     let (mut st, tokens) = open(&d, T0);
     assert_eq!(tokens.len(), 2, "both owned nodes get an agent with a fresh token");
-    st.apply(T0, Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["true".into()], ..Default::default() } }).unwrap();
+    st.apply(
+        T0,
+        Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["true".into()], ..Default::default() } },
+    )
+    .unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
     st.tick(T0 + 100, 100, &mut rng).unwrap();
     let job = st.engine.job(JobId(0)).unwrap();
@@ -89,7 +106,11 @@ fn a_finished_job_is_never_handed_out_again_after_a_restart() {
 fn a_node_reports_only_for_the_workers_placed_on_it() {
     let d = dir("others");
     let (mut st, tokens) = open(&d, T0);
-    st.apply(T0, Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["sleep".into()], ..Default::default() } }).unwrap();
+    st.apply(
+        T0,
+        Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["sleep".into()], ..Default::default() } },
+    )
+    .unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
     st.tick(T0 + 100, 100, &mut rng).unwrap();
     let node = st.engine.job(JobId(0)).unwrap().placement[0].0.0;
@@ -97,7 +118,8 @@ fn a_node_reports_only_for_the_workers_placed_on_it() {
     assert_eq!(st.node_of_token(&tokens[&other]), Some(other));
     let w = WorkerRef { job: 0, attempt: 1, rank: 0 };
     // The other node's token reports the job's worker as failed: acknowledged, and nothing changes.
-    let reply = beat(&mut st, T0 + 200, other, 1, vec![], vec![WorkerExit { worker: w, code: Some(1), success: false }]);
+    let reply =
+        beat(&mut st, T0 + 200, other, 1, vec![], vec![WorkerExit { worker: w, code: Some(1), success: false }]);
     assert_eq!(reply.acked_exits, vec![w]);
     assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Running);
     // Its checkpoint reports are ignored too, and it is told to stop a worker it runs that is not its own.
@@ -105,7 +127,8 @@ fn a_node_reports_only_for_the_workers_placed_on_it() {
     assert_eq!(reply.stop.iter().map(|s| s.worker).collect::<Vec<_>>(), vec![w]);
     assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Running);
     // A stale heartbeat (an older seq) is ignored.
-    let reply = beat(&mut st, T0 + 350, other, 1, vec![], vec![WorkerExit { worker: w, code: Some(1), success: false }]);
+    let reply =
+        beat(&mut st, T0 + 350, other, 1, vec![], vec![WorkerExit { worker: w, code: Some(1), success: false }]);
     assert!(reply.acked_exits.is_empty() && reply.run.is_empty());
 }
 
@@ -122,5 +145,8 @@ fn a_replayed_submission_the_engine_now_refuses_becomes_a_failed_job_and_ids_sta
     let (st, _) = open(&d, T0 + 1_000);
     assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Failed);
     assert_eq!(st.engine.job(JobId(1)).unwrap().state, JobState::Queued);
-    assert!(st.decisions.iter().any(|e| e.reason == "refused_on_replay" && e.subject == "job:0"), "no event records the refusal");
+    assert!(
+        st.decisions.iter().any(|e| e.reason == "refused_on_replay" && e.subject == "job:0"),
+        "no event records the refusal"
+    );
 }

@@ -25,10 +25,11 @@ fn run(seeds: impl Iterator<Item = u64>) -> (u64, usize, Vec<String>) {
 
 #[test]
 fn a_subset_of_seeds_keeps_every_invariant() {
-    let seeds: Box<dyn Iterator<Item = u64>> = match std::env::var("SPILLWAY_FAULT_SEED").ok().and_then(|s| s.parse().ok()) {
-        Some(s) => Box::new(std::iter::once(s)),
-        None => Box::new(0..12),
-    };
+    let seeds: Box<dyn Iterator<Item = u64>> =
+        match std::env::var("SPILLWAY_FAULT_SEED").ok().and_then(|s| s.parse().ok()) {
+            Some(s) => Box::new(std::iter::once(s)),
+            None => Box::new(0..12),
+        };
     let (_, bad, first) = run(seeds);
     assert_eq!(bad, 0, "{}", first.join("\n"));
 }

@@ -31,9 +31,10 @@ impl Loop {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
                 let _ = tx_addr.send(listener.local_addr()?);
-                let app = axum::Router::new()
-                    .route("/ok", axum::routing::get(|| async { "ok" }))
-                    .route("/echo", axum::routing::post(|b: axum::body::Bytes| async move { axum::Json(json!({"len": b.len()})) }));
+                let app = axum::Router::new().route("/ok", axum::routing::get(|| async { "ok" })).route(
+                    "/echo",
+                    axum::routing::post(|b: axum::body::Bytes| async move { axum::Json(json!({"len": b.len()})) }),
+                );
                 spillway_server::http::serve(listener, app, limits, async move {
                     let _ = rx_stop.await;
                 })
@@ -92,7 +93,9 @@ fn read_until_close(s: &mut TcpStream) -> (String, bool) {
             Ok(0) => return (String::from_utf8_lossy(&out).into_owned(), true),
             Ok(n) => out.extend_from_slice(&buf[..n]),
             // A reset is a close too.
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (String::from_utf8_lossy(&out).into_owned(), true),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return (String::from_utf8_lossy(&out).into_owned(), true);
+            }
             Err(_) => return (String::from_utf8_lossy(&out).into_owned(), false),
         }
     }
@@ -105,7 +108,9 @@ fn read_response(s: &mut TcpStream) -> String {
     loop {
         let text = String::from_utf8_lossy(&out).into_owned();
         if let Some(end) = text.find("\r\n\r\n") {
-            let len = text[..end].lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)));
+            let len = text[..end].lines().find_map(|l| {
+                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0))
+            });
             if out.len() >= end + 4 + len.unwrap_or(0) {
                 return text;
             }
@@ -219,14 +224,19 @@ fn bodies_over_the_limit_get_a_413_json_error() {
     // Chunked past the limit.
     let mut s = connect(l.addr, Duration::from_secs(5));
     let chunk = "a".repeat(600);
-    let req = format!("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n{chunk}\r\n258\r\n{chunk}\r\n0\r\n\r\n");
+    let req = format!(
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n{chunk}\r\n258\r\n{chunk}\r\n0\r\n\r\n"
+    );
     s.write_all(req.as_bytes()).unwrap();
     let (got, _) = read_until_close(&mut s);
     assert_eq!(status_and_json(&got).0, 413, "{got}");
     // At the limit is fine.
     let mut s = connect(l.addr, Duration::from_secs(5));
     let body = "b".repeat(1024);
-    s.write_all(format!("POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 1024\r\n\r\n{body}").as_bytes()).unwrap();
+    s.write_all(
+        format!("POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 1024\r\n\r\n{body}").as_bytes(),
+    )
+    .unwrap();
     let (got, _) = read_until_close(&mut s);
     assert_eq!(status_and_json(&got), (200, json!({"len": 1024})), "{got}");
 }
@@ -294,7 +304,8 @@ struct Reply {
 
 impl Reply {
     fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body.chars().take(300).collect::<String>()))
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body.chars().take(300).collect::<String>()))
     }
 
     /// Returns the start of the body, for messages (bodies here can be megabytes).
@@ -348,8 +359,14 @@ impl Daemon {
                 },
             ))
         });
-        let Ok(s) = rx.recv_timeout(Duration::from_secs(30)) else { panic!("the daemon did not start: {:?}", thread.join()) };
-        let agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(20))).build().into();
+        let Ok(s) = rx.recv_timeout(Duration::from_secs(30)) else {
+            panic!("the daemon did not start: {:?}", thread.join())
+        };
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(20)))
+            .build()
+            .into();
         let addr = s.url.trim_start_matches("http://").parse().expect("the daemon's address");
         let research = s.team_tokens.get("research").cloned().expect("a research token");
         Daemon { url: s.url, addr, admin: s.admin_token, research, dir, agent, stop: Some(stop), thread: Some(thread) }
@@ -439,7 +456,11 @@ fn daemon_drops_a_half_sent_request() {
     let t = Instant::now();
     let (_, closed) = read_until_close(&mut s);
     assert!(closed, "a half-sent request was kept open for {:?}", t.elapsed());
-    assert!(t.elapsed() >= Duration::from_secs(9) && t.elapsed() < Duration::from_secs(15), "closed after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_secs(9) && t.elapsed() < Duration::from_secs(15),
+        "closed after {:?}",
+        t.elapsed()
+    );
 }
 
 #[test]
@@ -473,7 +494,11 @@ fn the_token_is_checked_before_anything_is_parsed() {
         d.call(method, path, Some("wrong"), body).assert_error(401, None, &what);
     }
     // The heartbeat wants a node token: a user token with a malformed body is still 401, not 400.
-    d.call("POST", "/v1/agent/heartbeat", Some(&d.admin), Some("{")).assert_error(401, None, "heartbeat with a user token");
+    d.call("POST", "/v1/agent/heartbeat", Some(&d.admin), Some("{")).assert_error(
+        401,
+        None,
+        "heartbeat with a user token",
+    );
     // With a token, the same requests fail on what they carry.
     d.get("/v1/jobs/abc").assert_error(400, Some("id"), "a bad job id");
     d.call("POST", "/v1/nodes/abc/protect", Some(&d.admin), Some("{}")).assert_error(400, Some("id"), "a bad node id");
@@ -492,7 +517,11 @@ fn every_error_is_an_error_body() {
     d.get("/v1/cost?since=abc").assert_error(422, Some("since"), "since=abc");
     d.get("/v1/events?job=abc").assert_error(422, Some("job"), "job=abc");
     d.call("GET", "/v1/cost", Some(&d.research), None).assert_error(403, None, "a team token on an admin route");
-    d.call("POST", "/v1/jobs", Some(&d.admin), Some(r#"{"tier": "p1", "gpus"#)).assert_error(400, None, "truncated JSON");
+    d.call("POST", "/v1/jobs", Some(&d.admin), Some(r#"{"tier": "p1", "gpus"#)).assert_error(
+        400,
+        None,
+        "truncated JSON",
+    );
 }
 
 #[test]
@@ -501,12 +530,28 @@ fn json_followed_by_anything_but_whitespace_is_refused() {
     let ok = job("a").to_string();
     for trailing in [" garbage", "{}", r#" {"tier": "p0"}"#, "]", "\u{0}"] {
         let body = format!("{ok}{trailing}");
-        d.call("POST", "/v1/jobs", Some(&d.admin), Some(&body)).assert_error(400, None, &format!("JSON then {trailing:?}"));
+        d.call("POST", "/v1/jobs", Some(&d.admin), Some(&body)).assert_error(
+            400,
+            None,
+            &format!("JSON then {trailing:?}"),
+        );
     }
-    d.call("POST", "/v1/nodes/0/protect", Some(&d.admin), Some(r#"{"protected": true} x"#)).assert_error(400, None, "protect with trailing input");
-    d.call("POST", "/v1/pools/onprem/scale", Some(&d.admin), Some(r#"{} {}"#)).assert_error(400, None, "scale with trailing input");
+    d.call("POST", "/v1/nodes/0/protect", Some(&d.admin), Some(r#"{"protected": true} x"#)).assert_error(
+        400,
+        None,
+        "protect with trailing input",
+    );
+    d.call("POST", "/v1/pools/onprem/scale", Some(&d.admin), Some(r#"{} {}"#)).assert_error(
+        400,
+        None,
+        "scale with trailing input",
+    );
     assert_eq!(d.get("/v1/jobs").json(), json!([]), "a refused job was stored");
-    assert_eq!(d.call("POST", "/v1/jobs", Some(&d.admin), Some(&format!("{ok} \n\t "))).status, 201, "trailing whitespace is fine");
+    assert_eq!(
+        d.call("POST", "/v1/jobs", Some(&d.admin), Some(&format!("{ok} \n\t "))).status,
+        201,
+        "trailing whitespace is fine"
+    );
 }
 
 #[test]
@@ -518,7 +563,9 @@ fn submissions_outside_the_limits_are_refused_naming_the_field() {
         j[k] = v;
         j
     };
-    let many_env = |n: usize, value: usize| Value::Object((0..n).map(|i| (format!("K{i}"), Value::from("v".repeat(value)))).collect());
+    let many_env = |n: usize, value: usize| {
+        Value::Object((0..n).map(|i| (format!("K{i}"), Value::from("v".repeat(value)))).collect())
+    };
     let cases: Vec<(Value, &str)> = vec![
         (with("name", json!("n".repeat(257))), "name"),
         (with("name", json!("a\u{0}b")), "name"),
@@ -661,7 +708,11 @@ fn events_page_oldest_first_and_refuse_unknown_filters() {
     assert!(pages >= 2);
     let kind = all[0]["kind"].as_str().unwrap_or_default().to_string();
     let r = d.get(&format!("/v1/events?kind={kind}&limit=1000"));
-    assert!(r.json().as_array().is_some_and(|v| !v.is_empty() && v.iter().all(|e| e["kind"] == kind.as_str())), "{}", r.head());
+    assert!(
+        r.json().as_array().is_some_and(|v| !v.is_empty() && v.iter().all(|e| e["kind"] == kind.as_str())),
+        "{}",
+        r.head()
+    );
     for (q, field) in [
         ("kind=bogus", "kind"),
         ("pool=nope", "pool"),
@@ -686,6 +737,9 @@ fn the_openapi_document_lists_the_limits_and_paging() {
     assert_eq!(submit["argv"]["maxItems"], 1024);
     assert_eq!(submit["checkpoint_interval_s"]["minimum"], 1.0);
     let params = doc["paths"]["/v1/jobs"]["get"]["parameters"].as_array().cloned().unwrap_or_default();
-    assert!(params.iter().any(|p| p["name"] == "cursor") && params.iter().any(|p| p["name"] == "limit" && p["schema"]["maximum"] == 1000));
+    assert!(
+        params.iter().any(|p| p["name"] == "cursor")
+            && params.iter().any(|p| p["name"] == "limit" && p["schema"]["maximum"] == 1000)
+    );
     assert!(doc["paths"]["/v1/events"]["get"]["responses"]["200"]["headers"]["X-Next-Cursor"].is_object());
 }

@@ -69,7 +69,10 @@ fn main() {
     let wall = t.elapsed().as_secs_f64();
     println!(
         "generated {n} jobs ({gen_s:.2} s to generate), spillway policy: {:.2} s wall, {} steps, {:.0} steps/s, {:.1}x reference",
-        wall, out.events, out.events as f64 / wall, wall / r
+        wall,
+        out.events,
+        out.events as f64 / wall,
+        wall / r
     );
 
     big_decision(r);
@@ -139,6 +142,8 @@ max_nodes = 100
     let d = t.elapsed().as_secs_f64();
     println!(
         "one scheduling + scaling decision, {} queued jobs over 10,000 nodes: {:.1} ms ({actions} actions), {:.3}x reference",
-        e.queued(), d * 1000.0, d / r
+        e.queued(),
+        d * 1000.0,
+        d / r
     );
 }

@@ -45,7 +45,9 @@ pub enum DemandError {
     #[error("{file}:{line}: column `{column}`: {message}")]
     Row { file: String, line: usize, column: String, message: String },
     /// Two consecutive rows are not one step apart (a gap, a repeat, or time going backwards).
-    #[error("{file}:{line}: column `time`: {time} follows {previous} after {step_s} s; the series' step is {expected_s} s")]
+    #[error(
+        "{file}:{line}: column `time`: {time} follows {previous} after {step_s} s; the series' step is {expected_s} s"
+    )]
     Gap { file: String, line: usize, previous: String, time: String, step_s: f64, expected_s: f64 },
     /// Fewer than two rows: no step to check against.
     #[error("{file}: {rows} data row(s); a series needs at least 2 to have a step")]
@@ -55,14 +57,18 @@ pub enum DemandError {
 /// Reads `column` of the demand file at `path`. Returns the series, or the first error (file, line, column).
 pub fn load(path: &Path, column: &str) -> Result<Series, DemandError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| DemandError::Io { file: file.clone(), message: e.to_string() })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| DemandError::Io { file: file.clone(), message: e.to_string() })?;
     parse_str(&file, &text, column)
 }
 
 /// Parses demand CSV text; `file` stands for the file in errors. Returns what [`load`] returns.
 pub fn parse_str(file: &str, text: &str, column: &str) -> Result<Series, DemandError> {
     let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(text.as_bytes());
-    let header = reader.headers().map_err(|e| DemandError::Row { file: file.into(), line: 1, column: String::new(), message: e.to_string() })?.clone();
+    let header = reader
+        .headers()
+        .map_err(|e| DemandError::Row { file: file.into(), line: 1, column: String::new(), message: e.to_string() })?
+        .clone();
     let index = |name: &str| {
         header.iter().position(|h| h.trim() == name).ok_or_else(|| DemandError::UnknownColumn {
             file: file.into(),
@@ -79,12 +85,19 @@ pub fn parse_str(file: &str, text: &str, column: &str) -> Result<Series, DemandE
             DemandError::Row { file: file.into(), line, column: column.into(), message: e.to_string() }
         })?;
         let line = record.position().map_or(0, |p| p.line() as usize);
-        let row_error = |col: &str, message: String| DemandError::Row { file: file.into(), line, column: col.into(), message };
+        let row_error =
+            |col: &str, message: String| DemandError::Row { file: file.into(), line, column: col.into(), message };
         let cell = |i: usize| record.get(i).unwrap_or("").trim();
-        let t = parse_time(cell(time_col)).ok_or_else(|| row_error("time", format!("`{}` is not a time (expected YYYY-MM-DD HH:MM:SS)", cell(time_col))))?;
+        let t = parse_time(cell(time_col)).ok_or_else(|| {
+            row_error("time", format!("`{}` is not a time (expected YYYY-MM-DD HH:MM:SS)", cell(time_col)))
+        })?;
         let value = match cell(value_col) {
             "" => return Err(row_error(column, "empty value".into())),
-            s => s.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| row_error(column, format!("`{s}` is not a finite number")))?,
+            s => s
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| row_error(column, format!("`{s}` is not a finite number")))?,
         };
         match prev {
             None => series.start = t,
@@ -96,7 +109,14 @@ pub fn parse_str(file: &str, text: &str, column: &str) -> Result<Series, DemandE
                     let s = |ms: i64| ms as f64 / 1000.0;
                     let expected_s = if series.step_ms > 0 { s(series.step_ms) } else { f64::NAN };
                     let (previous, time) = (format_time(p), format_time(t));
-                    return Err(DemandError::Gap { file: file.into(), line, previous, time, step_s: s(t - p), expected_s });
+                    return Err(DemandError::Gap {
+                        file: file.into(),
+                        line,
+                        previous,
+                        time,
+                        step_s: s(t - p),
+                        expected_s,
+                    });
                 }
             }
         }
@@ -112,7 +132,12 @@ pub fn parse_str(file: &str, text: &str, column: &str) -> Result<Series, DemandE
 /// Returns the time `YYYY-MM-DD HH:MM:SS` (or `YYYY-MM-DDTHH:MM:SS`) names, read as UTC; `None` if it is not one.
 pub fn parse_time(s: &str) -> Option<Time> {
     let b = s.as_bytes();
-    let shape = b.len() == 19 && b[4] == b'-' && b[7] == b'-' && (b[10] == b' ' || b[10] == b'T') && b[13] == b':' && b[16] == b':';
+    let shape = b.len() == 19
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && (b[10] == b' ' || b[10] == b'T')
+        && b[13] == b':'
+        && b[16] == b':';
     let num = |from: usize, to: usize| -> Option<i64> {
         let part = s.get(from..to)?;
         part.bytes().all(|c| c.is_ascii_digit()).then(|| part.parse().ok())?
@@ -175,7 +200,8 @@ mod tests {
 
     #[test]
     fn a_column_loads_with_its_start_and_step() {
-        let text = csv(&["2020-05-01 00:00:00,162,0,208", "2020-05-01 00:01:00,163,8,208", "2020-05-01 00:02:00,170.5,0,208"]);
+        let text =
+            csv(&["2020-05-01 00:00:00,162,0,208", "2020-05-01 00:01:00,163,8,208", "2020-05-01 00:02:00,170.5,0,208"]);
         let s = parse_str("d.csv", &text, "running_gpu_num").unwrap();
         assert_eq!((s.start, s.step_ms, s.values.as_slice()), (1_588_291_200_000, 60_000, &[162.0, 163.0, 170.5][..]));
         assert_eq!(format_time(s.time_at(2)), "2020-05-01 00:02:00");
@@ -186,20 +212,54 @@ mod tests {
     fn errors_name_the_file_line_column_and_both_times_of_a_gap() {
         let ok = "2020-05-01 00:00:00,1,0,8";
         let cases = [
-            ("a gap names both times", vec![ok, "2020-05-01 00:01:00,1,0,8", "2020-05-01 00:03:00,1,0,8"], "running_gpu_num",
-             "d.csv:4: column `time`: 2020-05-01 00:03:00 follows 2020-05-01 00:01:00 after 120 s; the series' step is 60 s"),
-            ("a repeated time is a gap", vec![ok, "2020-05-01 00:01:00,1,0,8", "2020-05-01 00:01:00,1,0,8"], "running_gpu_num",
-             "d.csv:4: column `time`: 2020-05-01 00:01:00 follows 2020-05-01 00:01:00 after 0 s"),
-            ("time going backwards at the start", vec![ok, "2020-04-30 23:59:00,1,0,8"], "running_gpu_num",
-             "d.csv:3: column `time`: 2020-04-30 23:59:00 follows 2020-05-01 00:00:00 after -60 s"),
-            ("a non-numeric value", vec![ok, "2020-05-01 00:01:00,lots,0,8"], "running_gpu_num",
-             "d.csv:3: column `running_gpu_num`: `lots` is not a finite number"),
-            ("an infinite value", vec![ok, "2020-05-01 00:01:00,inf,0,8"], "running_gpu_num", "d.csv:3: column `running_gpu_num`: `inf`"),
-            ("an empty value", vec![ok, "2020-05-01 00:01:00,,0,8"], "running_gpu_num", "d.csv:3: column `running_gpu_num`: empty value"),
-            ("a bad time", vec!["2020-02-30 00:00:00,1,0,8", ok], "running_gpu_num",
-             "d.csv:2: column `time`: `2020-02-30 00:00:00` is not a time"),
-            ("an unknown column lists the header", vec![ok, ok], "idle",
-             "d.csv: no column `idle` (the header has: time, running_gpu_num, pending_gpu_num, total_gpu_num)"),
+            (
+                "a gap names both times",
+                vec![ok, "2020-05-01 00:01:00,1,0,8", "2020-05-01 00:03:00,1,0,8"],
+                "running_gpu_num",
+                "d.csv:4: column `time`: 2020-05-01 00:03:00 follows 2020-05-01 00:01:00 after 120 s; the series' step is 60 s",
+            ),
+            (
+                "a repeated time is a gap",
+                vec![ok, "2020-05-01 00:01:00,1,0,8", "2020-05-01 00:01:00,1,0,8"],
+                "running_gpu_num",
+                "d.csv:4: column `time`: 2020-05-01 00:01:00 follows 2020-05-01 00:01:00 after 0 s",
+            ),
+            (
+                "time going backwards at the start",
+                vec![ok, "2020-04-30 23:59:00,1,0,8"],
+                "running_gpu_num",
+                "d.csv:3: column `time`: 2020-04-30 23:59:00 follows 2020-05-01 00:00:00 after -60 s",
+            ),
+            (
+                "a non-numeric value",
+                vec![ok, "2020-05-01 00:01:00,lots,0,8"],
+                "running_gpu_num",
+                "d.csv:3: column `running_gpu_num`: `lots` is not a finite number",
+            ),
+            (
+                "an infinite value",
+                vec![ok, "2020-05-01 00:01:00,inf,0,8"],
+                "running_gpu_num",
+                "d.csv:3: column `running_gpu_num`: `inf`",
+            ),
+            (
+                "an empty value",
+                vec![ok, "2020-05-01 00:01:00,,0,8"],
+                "running_gpu_num",
+                "d.csv:3: column `running_gpu_num`: empty value",
+            ),
+            (
+                "a bad time",
+                vec!["2020-02-30 00:00:00,1,0,8", ok],
+                "running_gpu_num",
+                "d.csv:2: column `time`: `2020-02-30 00:00:00` is not a time",
+            ),
+            (
+                "an unknown column lists the header",
+                vec![ok, ok],
+                "idle",
+                "d.csv: no column `idle` (the header has: time, running_gpu_num, pending_gpu_num, total_gpu_num)",
+            ),
             ("one row has no step", vec![ok], "running_gpu_num", "d.csv: 1 data row(s); a series needs at least 2"),
             ("a short row", vec![ok, "2020-05-01 00:01:00,1"], "running_gpu_num", "d.csv:3: column `running_gpu_num`:"),
         ];
@@ -238,7 +298,10 @@ mod tests {
         }
         let s = load(&path, "running_gpu_num").unwrap();
         // May 2020, one row a minute.
-        assert_eq!((s.values.len(), s.step_ms, format_time(s.start)), (44_640, 60_000, "2020-05-01 00:00:00".to_string()));
+        assert_eq!(
+            (s.values.len(), s.step_ms, format_time(s.start)),
+            (44_640, 60_000, "2020-05-01 00:00:00".to_string())
+        );
         assert_eq!(s.values[0], 162.0);
         let total = load(&path, "total_gpu_num").unwrap();
         assert!(s.values.iter().zip(&total.values).all(|(r, t)| (0.0..=*t).contains(r) || *t == 0.0));

@@ -66,7 +66,9 @@ pub fn render(report: &Report, series: &TimeSeries, waits_by_tier: &BTreeMap<Str
         "Stacked areas: money spent so far on fixed (reserved) capacity, on-demand and spot instances. The top edge \
          is the total; a steep slope means expensive hours.",
     );
-    if data.get("spot:ready_nodes").is_some_and(|v| v.iter().any(|&x| x > 0.0)) || !data.get("spot:requested_nodes").unwrap_or_default().iter().all(|&x| x == 0.0) {
+    if data.get("spot:ready_nodes").is_some_and(|v| v.iter().any(|&x| x > 0.0))
+        || !data.get("spot:requested_nodes").unwrap_or_default().iter().all(|&x| x == 0.0)
+    {
         section(
             &mut out,
             "Spot nodes: ready vs requested",

@@ -22,7 +22,12 @@ pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceErro
         let spec = spec_of(j, cfg.start_ms);
         if let Err(e) = check_spec(cfg, &spec) {
             let column = trace_column(&e);
-            return Err(TraceError::Row { file: trace.source.clone(), line: j.line, column: column.into(), message: e.to_string() });
+            return Err(TraceError::Row {
+                file: trace.source.clone(),
+                line: j.line,
+                column: column.into(),
+                message: e.to_string(),
+            });
         }
         out.push(SimJob { submit_ms: secs(j.submit_s), duration_ms: secs(j.duration_s).max(1), spec });
     }

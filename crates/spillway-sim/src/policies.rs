@@ -153,8 +153,11 @@ pub fn bound(cfg: &Config, jobs: &[SimJob]) -> BoundReport {
     }
     edges.sort();
     let fixed_gpus: i64 = cfg.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count as i64 * n.gpus as i64).sum();
-    let fixed_usd_per_hour: f64 =
-        cfg.pools.iter().map(|p| p.nodes.iter().map(|n| n.count as f64 * n.gpus as f64).sum::<f64>() * p.gpu_usd_per_hour).sum();
+    let fixed_usd_per_hour: f64 = cfg
+        .pools
+        .iter()
+        .map(|p| p.nodes.iter().map(|n| n.count as f64 * n.gpus as f64).sum::<f64>() * p.gpu_usd_per_hour)
+        .sum();
     let span = edges.last().map_or(0, |e| e.0);
     let mut cost = MarketCost { fixed: fixed_usd_per_hour * to_hours(span), ..MarketCost::default() };
     let mut demand = vec![0i64; classes];

@@ -3,7 +3,9 @@
 
 use crate::input::SimJob;
 use crate::policies::{bound, config_for, policies_for};
-use crate::report::{InputReport, MarketCost, PredictiveReport, Report, RunReport, Stats, TierReport, TimeSeries, stats};
+use crate::report::{
+    InputReport, MarketCost, PredictiveReport, Report, RunReport, Stats, TierReport, TimeSeries, stats,
+};
 use crate::sim::{SimError, SimOptions, SimOutcome, simulate};
 use spillway_core::time::{secs, to_secs};
 use spillway_core::{Config, Decision, JobState};
@@ -21,9 +23,16 @@ pub struct Comparison {
 }
 
 /// Runs `spillway` and every reference on `jobs`; `progress(policy)` is called before each run.
-pub fn compare(cfg: &Config, jobs: &[SimJob], input: InputReport, opts: &SimOptions, mut progress: impl FnMut(&str)) -> Result<Comparison, SimError> {
+pub fn compare(
+    cfg: &Config,
+    jobs: &[SimJob],
+    input: InputReport,
+    opts: &SimOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<Comparison, SimError> {
     let bound = bound(cfg, jobs);
-    let mut report = Report { seed: opts.seed, input, runs: Vec::new(), bound, spot: Default::default(), predictive: None };
+    let mut report =
+        Report { seed: opts.seed, input, runs: Vec::new(), bound, spot: Default::default(), predictive: None };
     let mut main: Option<(SimOutcome, Config)> = None;
     for policy in policies_for(cfg) {
         progress(policy);
@@ -40,7 +49,8 @@ pub fn compare(cfg: &Config, jobs: &[SimJob], input: InputReport, opts: &SimOpti
     let cost = |name: &str| report.runs.iter().find(|r| r.policy == name).map(|r| r.cost_usd);
     if let (Some(with), Some(without)) = (cost("spillway"), cost("spillway-no-spot")) {
         let saved = without - with;
-        let bound_without = config_for("spillway-no-spot", cfg, jobs).map_or(0.0, |c| crate::policies::bound(&c, jobs).cost_usd);
+        let bound_without =
+            config_for("spillway-no-spot", cfg, jobs).map_or(0.0, |c| crate::policies::bound(&c, jobs).cost_usd);
         report.spot = crate::report::SpotReport {
             no_spot_cost_usd: without,
             saved_usd: saved,
@@ -62,7 +72,12 @@ pub fn compare(cfg: &Config, jobs: &[SimJob], input: InputReport, opts: &SimOpti
         });
     }
     let Some((out, pcfg)) = main else {
-        return Ok(Comparison { report, series: TimeSeries::default(), waits_by_tier: BTreeMap::new(), decisions: Vec::new() });
+        return Ok(Comparison {
+            report,
+            series: TimeSeries::default(),
+            waits_by_tier: BTreeMap::new(),
+            decisions: Vec::new(),
+        });
     };
     let waits_by_tier = waits(&pcfg, &out);
     Ok(Comparison { report, series: out.series, waits_by_tier, decisions: out.decisions })
@@ -141,10 +156,16 @@ pub fn run_report(policy: &str, cfg: &Config, out: &SimOutcome) -> RunReport {
             JobState::Cancelled => {}
         }
     }
-    let accounted = r.jobs_completed + r.jobs_failed + r.jobs_unfinished + c.jobs.iter().filter(|j| j.state == JobState::Cancelled).count();
+    let accounted = r.jobs_completed
+        + r.jobs_failed
+        + r.jobs_unfinished
+        + c.jobs.iter().filter(|j| j.state == JobState::Cancelled).count();
     r.jobs_lost = out.submitted.saturating_sub(accounted);
     for (i, (jobs, w, jct, misses)) in per_tier.into_iter().enumerate() {
-        r.tiers.insert(cfg.tiers[i].name.clone(), TierReport { jobs, queue_wait_s: stats(&w), jct_s: stats(&jct), slo_misses: misses });
+        r.tiers.insert(
+            cfg.tiers[i].name.clone(),
+            TierReport { jobs, queue_wait_s: stats(&w), jct_s: stats(&jct), slo_misses: misses },
+        );
     }
     r.peak_hour_wait_s = peak_hour_waits(cfg, out);
     r
@@ -157,7 +178,8 @@ fn peak_hour_waits(cfg: &Config, out: &SimOutcome) -> BTreeMap<String, Stats> {
     let jobs = &out.engine.cluster().jobs;
     let mut gpus_by_hour: BTreeMap<i64, u64> = BTreeMap::new();
     for j in jobs {
-        *gpus_by_hour.entry(j.submitted.div_euclid(HOUR_MS)).or_default() += (j.spec.gpus_per_worker * j.spec.workers) as u64;
+        *gpus_by_hour.entry(j.submitted.div_euclid(HOUR_MS)).or_default() +=
+            (j.spec.gpus_per_worker * j.spec.workers) as u64;
     }
     // Day -> (GPUs, hour) of its peak hour; iteration is in hour order, so a tie keeps the earliest.
     let mut peak: BTreeMap<i64, (u64, i64)> = BTreeMap::new();
@@ -230,7 +252,12 @@ pub fn summary_table(report: &Report) -> String {
     let b = &report.bound;
     s += &format!(
         "{:<20} {:>12.0} {:>8.2} {:>11.0} {:>11.0} {:>11.0}\n",
-        "instant-overflow bound", b.cost_usd, 1.0, b.cost_by_market.fixed, b.cost_by_market.on_demand, b.cost_by_market.spot
+        "instant-overflow bound",
+        b.cost_usd,
+        1.0,
+        b.cost_by_market.fixed,
+        b.cost_by_market.on_demand,
+        b.cost_by_market.spot
     );
     if let Some(r) = report.runs.iter().find(|r| r.policy == "spillway") {
         s += &format!(

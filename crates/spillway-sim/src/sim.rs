@@ -8,7 +8,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal};
 use spillway_core::time::{Millis, Time};
-use spillway_core::{Action, Config, Decision, Engine, Event, JobId, JobState, LaunchError, Market, NodeId, StopReason};
+use spillway_core::{
+    Action, Config, Decision, Engine, Event, JobId, JobState, LaunchError, Market, NodeId, StopReason,
+};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
@@ -62,7 +64,14 @@ impl std::fmt::Debug for Progress {
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { seed: 1, record: false, check: Check::Step, samples: 1500, spot_traces: Vec::new(), progress: Progress::default() }
+        SimOptions {
+            seed: 1,
+            record: false,
+            check: Check::Step,
+            samples: 1500,
+            spot_traces: Vec::new(),
+            progress: Progress::default(),
+        }
     }
 }
 
@@ -207,7 +216,14 @@ impl<'a> Sim<'a> {
         let mut next_job = 0usize;
         // Stop once every job ended and the cloud has had time to scale back in (bounded, so cron windows that
         // keep waking the engine cannot run forever).
-        let tail_ms: Millis = self.cfg.pools.iter().map(|p| spillway_core::time::secs(p.idle_timeout_s + p.scale_in_cooldown_s)).max().unwrap_or(0) + 60_000;
+        let tail_ms: Millis = self
+            .cfg
+            .pools
+            .iter()
+            .map(|p| spillway_core::time::secs(p.idle_timeout_s + p.scale_in_cooldown_s))
+            .max()
+            .unwrap_or(0)
+            + 60_000;
         loop {
             self.drain_actions()?;
             let all_done = next_job == self.jobs.len() && self.finished == self.jobs.len();
@@ -268,7 +284,9 @@ impl<'a> Sim<'a> {
         let c = self.engine.cluster();
         for (p, pool) in self.cfg.pools.iter().enumerate() {
             if pool.market != Market::Fixed && c.pools[p].alive > pool.max_nodes {
-                return Err(self.broken(format!("pool {} has {} nodes, max {}", pool.name, c.pools[p].alive, pool.max_nodes)));
+                return Err(
+                    self.broken(format!("pool {} has {} nodes, max {}", pool.name, c.pools[p].alive, pool.max_nodes))
+                );
             }
         }
         if self.opts.check == Check::Full || self.events % 65_536 == 0 {
@@ -286,14 +304,21 @@ impl<'a> Sim<'a> {
     fn stalled(&self) -> bool {
         self.running_gpus == 0
             && self.engine.poll_timeout().is_none()
-            && self.heap.iter().all(|Reverse((_, _, e))| matches!(e, SimEvent::Sample | SimEvent::Capacity(_) | SimEvent::Metrics))
+            && self
+                .heap
+                .iter()
+                .all(|Reverse((_, _, e))| matches!(e, SimEvent::Sample | SimEvent::Capacity(_) | SimEvent::Metrics))
             && self.engine.cluster().pools.iter().all(|p| p.requested.is_empty())
     }
 
     /// Returns whether no cloud node is alive beyond its pool's configured min.
     fn cloud_at_rest(&self) -> bool {
         let c = self.engine.cluster();
-        self.cfg.pools.iter().enumerate().all(|(p, pool)| pool.market == Market::Fixed || c.pools[p].alive <= pool.min_nodes)
+        self.cfg
+            .pools
+            .iter()
+            .enumerate()
+            .all(|(p, pool)| pool.market == Market::Fixed || c.pools[p].alive <= pool.min_nodes)
     }
 
     fn submit(&mut self, i: usize) -> Result<(), SimError> {
@@ -338,11 +363,16 @@ impl<'a> Sim<'a> {
             }
             SimEvent::LaunchFailed(node, capacity) => {
                 self.forget_node(node);
-                let error = if capacity { LaunchError::InsufficientCapacity } else { LaunchError::Transient("simulated launch failure".into()) };
+                let error = if capacity {
+                    LaunchError::InsufficientCapacity
+                } else {
+                    LaunchError::Transient("simulated launch failure".into())
+                };
                 self.engine.handle_event(now, Event::LaunchFailed { node, error })
             }
             SimEvent::JobExit(job, attempt) => {
-                let running = self.engine.job(job).is_some_and(|j| j.state == JobState::Running && j.attempt == attempt);
+                let running =
+                    self.engine.job(job).is_some_and(|j| j.state == JobState::Running && j.attempt == attempt);
                 if running {
                     self.finished += 1;
                     self.last_end = now;
@@ -413,9 +443,11 @@ impl<'a> Sim<'a> {
             Action::StopJob { job, reason, .. } => {
                 if let StopReason::Preempted { by } = reason {
                     let (v, b) = (self.engine.job(job), self.engine.job(by));
-                    let (vp, bp) = (v.map(|j| self.cfg.tiers[j.tier].priority), b.map(|j| self.cfg.tiers[j.tier].priority));
+                    let (vp, bp) =
+                        (v.map(|j| self.cfg.tiers[j.tier].priority), b.map(|j| self.cfg.tiers[j.tier].priority));
                     if vp <= bp {
-                        return Err(self.broken(format!("job {} preempted by job {} of a tier not strictly higher", job.0, by.0)));
+                        return Err(self
+                            .broken(format!("job {} preempted by job {} of a tier not strictly higher", job.0, by.0)));
                     }
                 }
                 let g = self.engine.job(job).map_or(0, |j| j.total_gpus() as i64);
@@ -456,7 +488,10 @@ impl<'a> Sim<'a> {
         self.trace_cap.insert((pool, it), cap);
         self.push(self.t0 + next, SimEvent::Capacity(k));
         let Some(cap) = cap else { return Ok(()) };
-        let live: Vec<NodeId> = self.alive.get(&(pool, it)).map_or(Vec::new(), |s| s.iter().copied().filter(|n| !self.noticed.contains(n)).collect());
+        let live: Vec<NodeId> = self
+            .alive
+            .get(&(pool, it))
+            .map_or(Vec::new(), |s| s.iter().copied().filter(|n| !self.noticed.contains(n)).collect());
         let excess = live.len().saturating_sub(cap as usize);
         for &node in live.iter().rev().take(excess) {
             self.notice(node)?;
@@ -476,7 +511,8 @@ impl<'a> Sim<'a> {
                     .jobs
                     .iter()
                     .map(|&j| {
-                        let held: u32 = c.jobs[j.0 as usize].placement.iter().filter(|(m, _)| *m == n).map(|(_, g)| g).sum();
+                        let held: u32 =
+                            c.jobs[j.0 as usize].placement.iter().filter(|(m, _)| *m == n).map(|(_, g)| g).sum();
                         held as f64 * job_utilization(self.opts.seed, j)
                     })
                     .sum();
@@ -484,7 +520,9 @@ impl<'a> Sim<'a> {
             }
         }
         for (node, gpu_utilization) in samples {
-            self.engine.handle_event(self.now, Event::MetricSample { node, gpu_utilization }).map_err(|e| self.broken(e.to_string()))?;
+            self.engine
+                .handle_event(self.now, Event::MetricSample { node, gpu_utilization })
+                .map_err(|e| self.broken(e.to_string()))?;
         }
         Ok(())
     }
@@ -510,7 +548,9 @@ impl<'a> Sim<'a> {
         let deadline = self.now + spillway_core::time::secs(self.cfg.pools[n.pool].interruption_notice_s);
         self.noticed.insert(node);
         self.push(deadline, SimEvent::Reclaim(node));
-        self.engine.handle_event(self.now, Event::InterruptionNotice { node, deadline }).map_err(|e| self.broken(e.to_string()))
+        self.engine
+            .handle_event(self.now, Event::InterruptionNotice { node, deadline })
+            .map_err(|e| self.broken(e.to_string()))
     }
 
     fn sample(&mut self) {
@@ -539,7 +579,8 @@ impl<'a> Sim<'a> {
         }
         // Spot nodes alive (ready) vs requested (asked for and not ready yet).
         let spot = self.cfg.pools.iter().enumerate().filter(|(_, p)| p.market == Market::Spot);
-        let (alive, requested) = spot.fold((0, 0), |(a, r), (i, _)| (a + c.pools[i].ready.len(), r + c.pools[i].requested.len()));
+        let (alive, requested) =
+            spot.fold((0, 0), |(a, r), (i, _)| (a + c.pools[i].ready.len(), r + c.pools[i].requested.len()));
         row.extend([alive as f64, requested as f64]);
         self.series.rows.push(row);
     }
@@ -548,7 +589,11 @@ impl<'a> Sim<'a> {
 fn series_columns(cfg: &Config) -> Vec<String> {
     let mut cols = vec!["time_s".to_string(), "demand:queued_gpus".into(), "demand:running_gpus".into()];
     for p in &cfg.pools {
-        cols.extend([format!("pool:{}:capacity_gpus", p.name), format!("pool:{}:busy_gpus", p.name), format!("pool:{}:nodes", p.name)]);
+        cols.extend([
+            format!("pool:{}:capacity_gpus", p.name),
+            format!("pool:{}:busy_gpus", p.name),
+            format!("pool:{}:nodes", p.name),
+        ]);
     }
     cols.extend(["cost:fixed".into(), "cost:on_demand".into(), "cost:spot".into()]);
     cols.extend(["spot:ready_nodes".into(), "spot:requested_nodes".into()]);

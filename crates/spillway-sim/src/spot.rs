@@ -51,13 +51,15 @@ impl SpotTrace {
 /// Reads a `spot-traces` JSON file: `{"metadata": {"gap_seconds": N}, "data": [v0, v1, ...]}`.
 pub fn load_json(path: &Path) -> Result<SpotTrace, SpotTraceError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| SpotTraceError::Io { file: file.clone(), message: e.to_string() })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| SpotTraceError::Io { file: file.clone(), message: e.to_string() })?;
     parse_json(&file, &text)
 }
 
 /// Parses spot-traces JSON text; `file` names it in errors.
 pub fn parse_json(file: &str, text: &str) -> Result<SpotTrace, SpotTraceError> {
-    let field = |field: &str, message: String| SpotTraceError::Field { file: file.into(), field: field.into(), message };
+    let field =
+        |field: &str, message: String| SpotTraceError::Field { file: file.into(), field: field.into(), message };
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| field("(document)", format!("not JSON: {e}")))?;
     let gap = v
         .get("metadata")
@@ -68,13 +70,17 @@ pub fn parse_json(file: &str, text: &str) -> Result<SpotTrace, SpotTraceError> {
     if !(gap > 0.0 && gap.is_finite()) {
         return Err(field("metadata.gap_seconds", format!("must be > 0, got {gap}")));
     }
-    let data = v.get("data").and_then(|d| d.as_array()).ok_or_else(|| field("data", "missing or not an array".into()))?;
+    let data =
+        v.get("data").and_then(|d| d.as_array()).ok_or_else(|| field("data", "missing or not an array".into()))?;
     if data.is_empty() {
         return Err(field("data", "is empty".into()));
     }
     let mut values = Vec::with_capacity(data.len());
     for (i, x) in data.iter().enumerate() {
-        let n = x.as_f64().filter(|n| *n >= 0.0 && n.fract() == 0.0).ok_or_else(|| field(&format!("data[{i}]"), format!("`{x}` is not a count >= 0")))?;
+        let n = x
+            .as_f64()
+            .filter(|n| *n >= 0.0 && n.fract() == 0.0)
+            .ok_or_else(|| field(&format!("data[{i}]"), format!("`{x}` is not a count >= 0")))?;
         values.push(n as u32);
     }
     let binary = values.iter().all(|&n| n <= 1);
@@ -93,7 +99,8 @@ pub fn parse_json(file: &str, text: &str) -> Result<SpotTrace, SpotTraceError> {
 /// yet removed.
 pub fn load_bamboo(path: &Path) -> Result<SpotTrace, SpotTraceError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| SpotTraceError::Io { file: file.clone(), message: e.to_string() })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| SpotTraceError::Io { file: file.clone(), message: e.to_string() })?;
     parse_bamboo(&file, &text)
 }
 
@@ -110,7 +117,9 @@ pub fn parse_bamboo(file: &str, text: &str) -> Result<SpotTrace, SpotTraceError>
         if line.trim().is_empty() || cells[0] == "time_ms" {
             continue;
         }
-        let [time, op, node] = cells[..] else { return Err(err(format!("expected `time_ms,add|remove,node`, got `{line}`"))) };
+        let [time, op, node] = cells[..] else {
+            return Err(err(format!("expected `time_ms,add|remove,node`, got `{line}`")));
+        };
         let t: f64 = time.parse().map_err(|_| err(format!("time_ms `{time}` is not a number")))?;
         let t = t.round() as Millis;
         let start = *t0.get_or_insert(t);
@@ -147,10 +156,13 @@ pub struct OfferingTrace {
 /// Bamboo log).
 pub fn resolve(cfg: &Config, arg: &str) -> Result<OfferingTrace, SpotTraceError> {
     let bad = |message: String| SpotTraceError::Offering { arg: arg.into(), message };
-    let (offering, file) = arg.split_once('=').ok_or_else(|| bad("expected OFFERING=FILE, OFFERING being POOL:INSTANCE_TYPE".into()))?;
-    let (pool, it) = offering.split_once(':').ok_or_else(|| bad(format!("offering `{offering}` is not POOL:INSTANCE_TYPE")))?;
+    let (offering, file) =
+        arg.split_once('=').ok_or_else(|| bad("expected OFFERING=FILE, OFFERING being POOL:INSTANCE_TYPE".into()))?;
+    let (pool, it) =
+        offering.split_once(':').ok_or_else(|| bad(format!("offering `{offering}` is not POOL:INSTANCE_TYPE")))?;
     let p = cfg.pools.iter().position(|x| x.name == pool).ok_or_else(|| {
-        let spot: Vec<&str> = cfg.pools.iter().filter(|x| x.market == spillway_core::Market::Spot).map(|x| x.name.as_str()).collect();
+        let spot: Vec<&str> =
+            cfg.pools.iter().filter(|x| x.market == spillway_core::Market::Spot).map(|x| x.name.as_str()).collect();
         bad(format!("no pool named `{pool}` (spot pools: {})", spot.join(", ")))
     })?;
     if cfg.pools[p].market != spillway_core::Market::Spot {

@@ -45,7 +45,8 @@ fn traces() -> Option<Vec<PathBuf>> {
     let mut files = Vec::new();
     for sub in ["aws_2022-10-26_2week_k80_v100_availability", "aws_2023-08-03_4node_v100_preemption"] {
         let Ok(rd) = std::fs::read_dir(dir.join(sub)) else { continue };
-        files.extend(rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")));
+        files
+            .extend(rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")));
     }
     files.sort();
     Some(files)
@@ -76,7 +77,8 @@ fn run(policy: &str, trace: &Path) -> (f64, bool) {
         expected_duration_ms: Some(duration),
     };
     let jobs = vec![SimJob { submit_ms: 0, duration_ms: duration, spec }];
-    let t = OfferingTrace { pool: "spot".into(), instance_type: "p3.16xlarge".into(), trace: load_json(trace).unwrap() };
+    let t =
+        OfferingTrace { pool: "spot".into(), instance_type: "p3.16xlarge".into(), trace: load_json(trace).unwrap() };
     let opts = SimOptions { spot_traces: vec![t], ..SimOptions::default() };
     let out = simulate(&cfg, &jobs, &opts).unwrap();
     let c = out.engine.cluster();
@@ -101,4 +103,3 @@ fn a_deadline_job_never_misses_and_never_costs_more_than_on_demand() {
         assert!(ours <= od + 1e-6, "{name}: {ours} > always-on-demand {od}");
     }
 }
-

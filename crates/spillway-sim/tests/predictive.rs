@@ -62,7 +62,6 @@ fn forecast_only_mode_changes_nothing() {
     assert_eq!(reactive, dry);
 }
 
-
 /// The four Helios demand series replayed as p1 jobs on `examples/helios.toml`: predictive + queue-driven scaling
 /// cuts the p1 queue wait in the daily peak hours against queue-driven alone, at a cost the report shows.
 #[test]
@@ -83,10 +82,16 @@ fn helios_series_predictive_cuts_peak_hour_waits() {
         // The replay's GPU-hours are the series' integral: running + pending GPUs, one minute per row.
         let series_gpu_hours: f64 = ["running_gpu_num", "pending_gpu_num"]
             .iter()
-            .map(|c| spillway_sim::demand::load(&dir.join(format!("earth_{vc}.csv")), c).unwrap().values.iter().sum::<f64>() / 60.0)
+            .map(|c| {
+                spillway_sim::demand::load(&dir.join(format!("earth_{vc}.csv")), c).unwrap().values.iter().sum::<f64>()
+                    / 60.0
+            })
             .sum();
         let trace_gpu_hours: f64 = trace.jobs.iter().map(|j| j.gpus as f64 * j.duration_s / 3600.0).sum();
-        assert!((trace_gpu_hours - series_gpu_hours).abs() < 1e-6 * series_gpu_hours, "{vc}: {trace_gpu_hours} vs {series_gpu_hours}");
+        assert!(
+            (trace_gpu_hours - series_gpu_hours).abs() < 1e-6 * series_gpu_hours,
+            "{vc}: {trace_gpu_hours} vs {series_gpu_hours}"
+        );
         let jobs = spillway_sim::input::to_sim_jobs(&trace, &cfg).unwrap();
         let peak = |policy: &str| {
             let pcfg = config_for(policy, &cfg, &jobs).unwrap();
@@ -96,7 +101,9 @@ fn helios_series_predictive_cuts_peak_hour_waits() {
             (r.peak_hour_wait_s["p1"].mean, r.cost_usd)
         };
         let ((with, cost), (without, reactive_cost)) = (peak("spillway"), peak("spillway-reactive"));
-        println!("{vc}: p1 peak-hour wait {with:.0} s vs {without:.0} s queue-driven alone; cost {cost:.0} vs {reactive_cost:.0} USD");
+        println!(
+            "{vc}: p1 peak-hour wait {with:.0} s vs {without:.0} s queue-driven alone; cost {cost:.0} vs {reactive_cost:.0} USD"
+        );
         assert!(with < without, "{vc}: predictive {with} s vs queue-driven {without} s");
     }
 }

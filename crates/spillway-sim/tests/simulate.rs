@@ -85,7 +85,8 @@ fn a_gang_a_reference_policy_can_never_hold_fails_there_and_the_comparison_goes_
     let text = "job_id,submit_s,duration_s,gpus,workers,tier\ngang,0,600,8,4,p0\nsmall,10,600,1,1,p0\n";
     let jobs = to_sim_jobs(&native::parse_str("jobs.csv", text).unwrap(), &cfg).unwrap_or_else(|e| panic!("{e}"));
     let cmp = run(&cfg, &jobs, 1);
-    let report = |name: &str| cmp.report.runs.iter().find(|r| r.policy == name).unwrap_or_else(|| panic!("no {name} run"));
+    let report =
+        |name: &str| cmp.report.runs.iter().find(|r| r.policy == name).unwrap_or_else(|| panic!("no {name} run"));
     let fixed_only = report("fixed-only");
     assert_eq!((fixed_only.jobs_failed, fixed_only.jobs_completed, fixed_only.jobs_unfinished), (1, 1, 0));
     assert_eq!(fixed_only.tiers["p0"].queue_wait_s.p99, 0.0, "the small job starts at once");

@@ -89,11 +89,16 @@ fn assert_all_complete(r: &RunReport, what: &str) {
 /// names its pool, and each job has one record per attempt.
 fn assert_no_p0_on_spot(cfg: &Config, out: &SimOutcome, what: &str) {
     let c = out.engine.cluster();
-    let spot_pools: Vec<&str> = cfg.pools.iter().filter(|p| p.market == Market::Spot).map(|p| p.name.as_str()).collect();
+    let spot_pools: Vec<&str> =
+        cfg.pools.iter().filter(|p| p.market == Market::Spot).map(|p| p.name.as_str()).collect();
     let mut starts = vec![0u32; c.jobs.len()];
     let mut p0_starts = 0;
     for d in out.decisions.iter().filter(|d| d.kind == DecisionKind::JobStarted) {
-        let id: usize = d.subject.strip_prefix("job:").and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{what}: subject {}", d.subject));
+        let id: usize = d
+            .subject
+            .strip_prefix("job:")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{what}: subject {}", d.subject));
         let pool = d
             .detail
             .split_once(" of pool ")
@@ -104,11 +109,20 @@ fn assert_no_p0_on_spot(cfg: &Config, out: &SimOutcome, what: &str) {
         let job = &c.jobs[id];
         if cfg.tiers[job.tier].name == "p0" {
             p0_starts += 1;
-            assert!(!spot_pools.contains(&pool), "{what}: p0 job {id} started on spot pool {pool} at {}: {}", d.at, d.detail);
+            assert!(
+                !spot_pools.contains(&pool),
+                "{what}: p0 job {id} started on spot pool {pool} at {}: {}",
+                d.at,
+                d.detail
+            );
         }
     }
     for j in &c.jobs {
-        assert_eq!(starts[j.id.0 as usize], j.attempt, "{what}: job {} has {} start records for {} attempts", j.id.0, starts[j.id.0 as usize], j.attempt);
+        assert_eq!(
+            starts[j.id.0 as usize], j.attempt,
+            "{what}: job {} has {} start records for {} attempts",
+            j.id.0, starts[j.id.0 as usize], j.attempt
+        );
         if cfg.tiers[j.tier].name == "p0" {
             assert_eq!(j.interruptions, 0, "{what}: p0 job {} was interrupted on spot", j.id.0);
         }
@@ -137,7 +151,10 @@ fn a_zone_empty_for_six_hours_interrupts_spot_and_every_job_still_completes() {
     let opts = SimOptions { seed: 7, record: true, check: Check::Full, spot_traces, ..SimOptions::default() };
     let out = simulate_within(&cfg, &jobs, &opts, Duration::from_secs(600));
     let r = run_report("spillway", &cfg, &out);
-    println!("empty zone: {} interruptions, {} launch failures, {:.1} GPU-hours lost, {} fallbacks, cost {:?}", r.interruptions, r.launch_failures, r.lost_gpu_hours, r.fallback_events, r.cost_by_market);
+    println!(
+        "empty zone: {} interruptions, {} launch failures, {:.1} GPU-hours lost, {} fallbacks, cost {:?}",
+        r.interruptions, r.launch_failures, r.lost_gpu_hours, r.fallback_events, r.cost_by_market
+    );
     assert_all_complete(&r, "empty zone");
     assert!(r.interruptions > 0, "the zone emptied under running spot nodes: {} interruptions", r.interruptions);
     assert!(r.launch_failures > 0, "launches into the empty zone fail: {}", r.launch_failures);
@@ -151,7 +168,13 @@ fn a_zone_empty_for_six_hours_interrupts_spot_and_every_job_still_completes() {
     for n in c.nodes.iter().filter(|n| n.market == Market::Spot) {
         let Some(ready) = n.ready_at else { continue };
         let end = n.ended_at.unwrap_or(i64::MAX);
-        assert!(end <= gone || ready >= back, "spot node {} up from {} to {} s inside the empty window", n.id.0, (ready - cfg.start_ms) / 1000, (end - cfg.start_ms) / 1000);
+        assert!(
+            end <= gone || ready >= back,
+            "spot node {} up from {} to {} s inside the empty window",
+            n.id.0,
+            (ready - cfg.start_ms) / 1000,
+            (end - cfg.start_ms) / 1000
+        );
     }
     assert!(c.nodes.iter().any(|n| n.market == Market::Spot && n.state == NodeState::Lost), "reclaimed spot nodes");
 }
@@ -174,7 +197,10 @@ fn stormy_run(seed: u64) -> (Config, SimOutcome) {
 fn poisson_interruption_storms_lose_work_but_every_job_completes() {
     let (cfg, out) = stormy_run(4);
     let r = run_report("spillway", &cfg, &out);
-    println!("storms: {} interruptions, {:.1} GPU-hours lost, {} fallbacks, cost {:?}", r.interruptions, r.lost_gpu_hours, r.fallback_events, r.cost_by_market);
+    println!(
+        "storms: {} interruptions, {:.1} GPU-hours lost, {} fallbacks, cost {:?}",
+        r.interruptions, r.lost_gpu_hours, r.fallback_events, r.cost_by_market
+    );
     assert_all_complete(&r, "storms");
     assert!(r.interruptions > 0, "no interruption at 2 per node-hour");
     assert!(r.notices_acted_on > 0);
@@ -235,5 +261,10 @@ fn a_trace_deadline_counts_from_the_trace_start() {
         r.deadline_misses
     );
     assert!(!job.pinned_on_demand, "a day of slack for an hour of work: pinned to on-demand at submission");
-    assert_eq!(r.deadline_misses, 0, "the job ended {} s after the start", job.ended.map_or(-1, |e| (e - cfg.start_ms) / 1000));
+    assert_eq!(
+        r.deadline_misses,
+        0,
+        "the job ended {} s after the start",
+        job.ended.map_or(-1, |e| (e - cfg.start_ms) / 1000)
+    );
 }

@@ -54,5 +54,8 @@ fn a_pool_tracks_its_utilization_target_on_a_ramp() {
     println!("nodes {plain} -> {tracked}; average utilization {plain_util:.3} -> {tracked_util:.3} (target {target})");
     assert_eq!(plain, 20.0, "queue-driven alone: one node per job");
     assert!(tracked > plain, "target tracking adds nodes beyond the queue's need");
-    assert!((tracked_util - target).abs() <= 0.05, "average utilization {tracked_util:.3} is not near the target {target}");
+    assert!(
+        (tracked_util - target).abs() <= 0.05,
+        "average utilization {tracked_util:.3} is not near the target {target}"
+    );
 }

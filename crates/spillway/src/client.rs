@@ -250,18 +250,19 @@ impl Client {
     ) -> anyhow::Result<(Vec<u8>, Option<String>)> {
         let mut resp = res.map_err(|e| transport_error(&self.server, method, path, e))?;
         let status = resp.status().as_u16();
-        let next = resp
-            .headers()
-            .get(spillway_api::NEXT_CURSOR_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let next =
+            resp.headers().get(spillway_api::NEXT_CURSOR_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
         let body = resp
             .body_mut()
             .with_config()
             .limit(BODY_LIMIT)
             .read_to_vec()
             .map_err(|e| transport_error(&self.server, method, path, e))?;
-        if (200..300).contains(&status) { Ok((body, next)) } else { Err(status_error(method, path, status, &body).into()) }
+        if (200..300).contains(&status) {
+            Ok((body, next))
+        } else {
+            Err(status_error(method, path, status, &body).into())
+        }
     }
 
     /// Returns up to `limit` items of a paged list (`GET /v1/jobs`, `GET /v1/events`) filtered by `query`: it asks
@@ -392,7 +393,9 @@ mod tests {
                 while reader.read_line(&mut String::new()).is_ok_and(|n| n > 2) {}
                 let target = line.split_whitespace().nth(1).unwrap_or("").to_string();
                 let q = target.split_once('?').map_or("", |(_, q)| q).to_string();
-                let get = |k: &str| q.split('&').find_map(|kv| kv.strip_prefix(&format!("{k}="))).and_then(|v| v.parse::<usize>().ok());
+                let get = |k: &str| {
+                    q.split('&').find_map(|kv| kv.strip_prefix(&format!("{k}="))).and_then(|v| v.parse::<usize>().ok())
+                };
                 let from = get("cursor").unwrap_or(0);
                 let n = get("limit").unwrap_or(100).min(3);
                 let items: Vec<usize> = (from..10).take(n).collect();
@@ -401,7 +404,11 @@ mod tests {
                 let header = next.map(|c| format!("x-next-cursor: {c}\r\n")).unwrap_or_default();
                 log.lock().map(|mut l| l.push(target)).ok();
                 let mut out = stream;
-                let _ = write!(out, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{header}content-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{header}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
             }
         });
         (url, seen)

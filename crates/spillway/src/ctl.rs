@@ -326,7 +326,10 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
         }
         CtlCommand::Cost { conn, since, until } => {
             let client = connect(&conn)?;
-            let q = query(&[("since", since.map(|s| instant(&s)).transpose()?), ("until", until.map(|s| instant(&s)).transpose()?)]);
+            let q = query(&[
+                ("since", since.map(|s| instant(&s)).transpose()?),
+                ("until", until.map(|s| instant(&s)).transpose()?),
+            ]);
             show(client.get_json("/v1/cost", &q)?, conn.output, |c: CostView| cost_table(&c))
         }
     }
@@ -534,10 +537,15 @@ fn instant(s: &str) -> anyhow::Result<String> {
     match num.parse::<f64>() {
         Ok(n) if scale > 0.0 && n >= 0.0 => {
             #[allow(clippy::disallowed_methods)]
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
             Ok(format!("{:.3}", now - n * scale))
         }
-        _ => Err(crate::client::CliError { code: 2, message: format!("`{s}` is not a time: give seconds since the epoch or an age like 30m, 2h, 1d") }.into()),
+        _ => Err(crate::client::CliError {
+            code: 2,
+            message: format!("`{s}` is not a time: give seconds since the epoch or an age like 30m, 2h, 1d"),
+        }
+        .into()),
     }
 }
 

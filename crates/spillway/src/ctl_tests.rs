@@ -131,8 +131,7 @@ fn tables_have_their_columns() {
     assert!(t.starts_with("NAME") && t.contains("spot (protected)") && t.contains("BUSY"), "{t}");
     let t = events_table(&[EventView { at: 86400.0 * 365.0, kind: "scale_out".into(), ..Default::default() }]);
     assert!(t.contains("TIME") && t.contains("DETAIL") && t.contains("1971-01-01 00:00:00"), "{t}");
-    let c =
-        CostView { total_usd: 12.5, by_team: BTreeMap::from([("research".into(), 10.0)]), ..Default::default() };
+    let c = CostView { total_usd: 12.5, by_team: BTreeMap::from([("research".into(), 10.0)]), ..Default::default() };
     let t = cost_table(&c);
     assert!(t.contains("total") && t.contains("12.50") && t.contains("research") && t.contains("10.00"), "{t}");
 }

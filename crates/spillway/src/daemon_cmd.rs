@@ -133,14 +133,18 @@ pub fn up(a: UpArgs) -> Result<()> {
 /// Starts the daemon; `started(info, stop)` runs once it serves (`stop` ends it like Ctrl-C would).
 fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>) + Send + 'static) -> Result<()> {
     let (name, text) = match &a.config {
-        Some(p) => (p.display().to_string(), std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?),
+        Some(p) => (
+            p.display().to_string(),
+            std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?,
+        ),
         None => ("<built-in examples/local.toml>".to_string(), LOCAL_CONFIG.to_string()),
     };
     // Check the config before anything starts, so a typo is a clear error and not a half-started daemon.
     spillway_core::Config::parse(&name, &text)?;
     spillway_server::datadir::private_dir(&a.data_dir).with_context(|| format!("creating {}", a.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&a.data_dir).with_context(|| format!("resolving {}", a.data_dir.display()))?;
-    spillway_server::datadir::write_private(&data_dir.join("train.py"), TRAIN_PY.as_bytes()).context("writing train.py into the data directory")?;
+    spillway_server::datadir::write_private(&data_dir.join("train.py"), TRAIN_PY.as_bytes())
+        .context("writing train.py into the data directory")?;
     let exe = std::env::current_exe().context("locating the spillway binary for agents")?;
     let opts = ServeOptions {
         daemon: DaemonOptions {
@@ -174,12 +178,16 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
             }
             eprintln!("spillway: stopping");
         };
-        spillway_server::serve(opts, move |s| {
-            let stop: Box<dyn Fn() + Send> = Box::new(move || {
-                let _ = tx.send(());
-            });
-            started(s, stop);
-        }, shutdown)
+        spillway_server::serve(
+            opts,
+            move |s| {
+                let stop: Box<dyn Fn() + Send> = Box::new(move || {
+                    let _ = tx.send(());
+                });
+                started(s, stop);
+            },
+            shutdown,
+        )
         .await
     })
 }

@@ -18,14 +18,22 @@ struct Api {
 
 impl Api {
     fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T> {
-        let mut r = self.agent.get(format!("{}{path}", self.url)).header("Authorization", format!("Bearer {}", self.token)).call()?;
+        let mut r = self
+            .agent
+            .get(format!("{}{path}", self.url))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()?;
         if !r.status().is_success() {
             bail!("GET {path}: {}", r.status());
         }
         Ok(r.body_mut().read_json()?)
     }
     fn post<T: serde::de::DeserializeOwned>(&self, path: &str, body: &impl serde::Serialize) -> Result<T> {
-        let mut r = self.agent.post(format!("{}{path}", self.url)).header("Authorization", format!("Bearer {}", self.token)).send_json(body)?;
+        let mut r = self
+            .agent
+            .post(format!("{}{path}", self.url))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .send_json(body)?;
         if !r.status().is_success() {
             bail!("POST {path}: {}: {}", r.status(), r.body_mut().read_to_string().unwrap_or_default());
         }
@@ -43,7 +51,11 @@ const MIX: [(&str, &str, u32, u32, u32, usize); 4] = [
 
 /// Runs the demo against the daemon at `url`.
 pub fn run(url: &str, token: &str, data_dir: &Path) -> Result<()> {
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
     let api = Api { url: url.into(), token: token.into(), agent };
     let script = data_dir.join("train.py").display().to_string();
     let mut ids = Vec::new();
@@ -55,14 +67,24 @@ pub fn run(url: &str, token: &str, data_dir: &Path) -> Result<()> {
                 team: Some(team.into()),
                 gpus,
                 workers: Some(workers),
-                argv: vec!["python3".into(), script.clone(), "--steps".into(), steps.to_string(), "--step-time".into(), "0.5".into()],
+                argv: vec![
+                    "python3".into(),
+                    script.clone(),
+                    "--steps".into(),
+                    steps.to_string(),
+                    "--step-time".into(),
+                    "0.5".into(),
+                ],
                 ..JobSubmit::default()
             };
             let v: JobView = api.post("/v1/jobs", &job).context("submitting a demo job")?;
             ids.push(v.id);
         }
     }
-    println!("demo: submitted {} jobs (p0 training, p1 experiments incl. a 2-worker gang, p2 evaluation) for 8 owned GPUs", ids.len());
+    println!(
+        "demo: submitted {} jobs (p0 training, p1 experiments incl. a 2-worker gang, p2 evaluation) for 8 owned GPUs",
+        ids.len()
+    );
     let started = Instant::now();
     let mut seen = 0u64;
     let mut interrupted = false;
@@ -71,7 +93,9 @@ pub fn run(url: &str, token: &str, data_dir: &Path) -> Result<()> {
         let events: Vec<EventView> = api.get(&format!("/v1/events?limit=1000&cursor={seen}"))?;
         let from = seen;
         for e in events.iter().filter(|e| e.seq >= from) {
-            if matches!(e.kind.as_str(), "scale_out" | "scale_in" | "interruption" | "job_requeued" | "fallback") || e.kind == "job_started" && e.detail.contains("attempt 2") {
+            if matches!(e.kind.as_str(), "scale_out" | "scale_in" | "interruption" | "job_requeued" | "fallback")
+                || e.kind == "job_started" && e.detail.contains("attempt 2")
+            {
                 println!("  [{:>4.0}s] {:<13} {:<10} {}", started.elapsed().as_secs_f64(), e.kind, e.subject, e.detail);
             }
             seen = seen.max(e.seq + 1);
@@ -80,18 +104,28 @@ pub fn run(url: &str, token: &str, data_dir: &Path) -> Result<()> {
         if !interrupted && started.elapsed() > Duration::from_secs(12) {
             let nodes: Vec<NodeView> = api.get("/v1/nodes")?;
             if let Some(n) = nodes.iter().find(|n| n.market == "spot" && n.state == "ready" && !n.jobs.is_empty()) {
-                println!("demo: interrupting spot node {} (jobs {:?}): they get SIGTERM, checkpoint, and resume elsewhere", n.id, n.jobs);
+                println!(
+                    "demo: interrupting spot node {} (jobs {:?}): they get SIGTERM, checkpoint, and resume elsewhere",
+                    n.id, n.jobs
+                );
                 let _: NodeView = api.post(&format!("/v1/nodes/{}/interrupt", n.id), &serde_json::json!({}))?;
                 interrupted = true;
             }
         }
         let jobs: Vec<JobView> = api.get("/v1/jobs?limit=1000")?;
-        let done = jobs.iter().filter(|j| ids.contains(&j.id)).all(|j| matches!(j.state.as_str(), "succeeded" | "failed" | "cancelled"));
+        let done = jobs
+            .iter()
+            .filter(|j| ids.contains(&j.id))
+            .all(|j| matches!(j.state.as_str(), "succeeded" | "failed" | "cancelled"));
         let pools: Vec<PoolView> = api.get("/v1/pools")?;
         let cloud_nodes: u32 = pools.iter().filter(|p| p.market != "fixed").map(|p| p.nodes).sum();
         if done && cloud_nodes == 0 {
             let ok = jobs.iter().filter(|j| ids.contains(&j.id) && j.state == "succeeded").count();
-            println!("demo: {ok}/{} jobs succeeded; cloud pools back to zero after {:.0} s", ids.len(), started.elapsed().as_secs_f64());
+            println!(
+                "demo: {ok}/{} jobs succeeded; cloud pools back to zero after {:.0} s",
+                ids.len(),
+                started.elapsed().as_secs_f64()
+            );
             break;
         }
         if started.elapsed() > Duration::from_secs(900) {

@@ -57,10 +57,16 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--horizon {} s must be a whole number of --bucket {bucket_s} s, at most a week", args.horizon);
     }
     if values.len() < week + day + h {
-        bail!("{}: {} buckets; holding out the last week needs at least {}", series.source, values.len(), week + day + h);
+        bail!(
+            "{}: {} buckets; holding out the last week needs at least {}",
+            series.source,
+            values.len(),
+            week + day + h
+        );
     }
     let test_start = values.len() - week;
-    let fitted = forecast::fit_for_horizon(&values[..test_start], bucket_s, h).context("fitting on the data before the last week")?;
+    let fitted = forecast::fit_for_horizon(&values[..test_start], bucket_s, h)
+        .context("fitting on the data before the last week")?;
     let chosen = forecast::rolling(fitted.method(), &values, bucket_s, test_start, h)?;
     let naive = forecast::rolling(Method::SeasonalNaive, &values, bucket_s, test_start, h)?;
     let actual = &values[test_start..];
@@ -84,7 +90,11 @@ pub fn run(args: Args) -> Result<()> {
     let rows = [(format!("{} (chosen)", fitted.method().name()), &chosen), ("seasonal_naive".to_string(), &naive)];
     println!("  {:<24} {:>8} {:>9}", "method", "MAPE", "RMSE");
     for (name, f) in rows {
-        println!("  {name:<24} {:>8} {:>9.3}", pct(forecast::mape(actual, f)), forecast::rmse(actual, f).unwrap_or(f64::NAN));
+        println!(
+            "  {name:<24} {:>8} {:>9.3}",
+            pct(forecast::mape(actual, f)),
+            forecast::rmse(actual, f).unwrap_or(f64::NAN)
+        );
     }
 
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
@@ -94,9 +104,15 @@ pub fn run(args: Args) -> Result<()> {
     }
     let csv_path = args.out.join("forecast.csv");
     std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
-    let title = format!("{} {}: last week, forecast {} ahead", series.source, series.column, duration_label(args.horizon));
-    let days: Vec<(usize, String)> = (0..actual.len()).step_by(day).map(|i| (i, time(test_start + i).chars().take(10).collect())).collect();
-    let lines = [("actual", "#222", actual, false), (fitted.method().name(), "#1f6fd1", &chosen, false), ("seasonal_naive", "#e07b00", &naive, true)];
+    let title =
+        format!("{} {}: last week, forecast {} ahead", series.source, series.column, duration_label(args.horizon));
+    let days: Vec<(usize, String)> =
+        (0..actual.len()).step_by(day).map(|i| (i, time(test_start + i).chars().take(10).collect())).collect();
+    let lines = [
+        ("actual", "#222", actual, false),
+        (fitted.method().name(), "#1f6fd1", &chosen, false),
+        ("seasonal_naive", "#e07b00", &naive, true),
+    ];
     let svg = chart(&title, &days, &lines);
     let svg_path = args.out.join("forecast.svg");
     std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
@@ -130,7 +146,9 @@ fn chart(title: &str, x_labels: &[(usize, String)], lines: &[(&str, &str, &[f64]
     let x = |i: usize| left + (w - left - right) * i as f64 / (n - 1) as f64;
     let y = |v: f64| top + (h - top - bottom) * (1.0 - v / y_max);
     let grey = "stroke=\"#ddd\"";
-    let mut s = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n");
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    );
     let _ = writeln!(s, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>");
     let _ = writeln!(s, "<text x=\"{left}\" y=\"20\" font-size=\"14\">{}</text>", escape(title));
     for k in 0..=(y_max / tick).round() as usize {
@@ -145,11 +163,17 @@ fn chart(title: &str, x_labels: &[(usize, String)], lines: &[(&str, &str, &[f64]
         let _ = writeln!(s, "<text x=\"{:.1}\" y=\"{}\">{}</text>", xi + 4.0, yb + 16.0, escape(label));
     }
     for (k, (name, colour, values, dashed)) in lines.iter().enumerate() {
-        let points: Vec<String> = values.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v))).collect();
+        let points: Vec<String> = values
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v)))
+            .collect();
         let style = format!("stroke=\"{colour}\"{}", if *dashed { " stroke-dasharray=\"4 3\"" } else { "" });
         let _ = writeln!(s, "<polyline fill=\"none\" {style} stroke-width=\"1.2\" points=\"{}\"/>", points.join(" "));
         let (lx, ly) = (w - right - 160.0, top + 14.0 + 16.0 * k as f64);
-        let _ = writeln!(s, "<line x1=\"{lx}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" {style} stroke-width=\"2\"/>", lx + 20.0);
+        let _ =
+            writeln!(s, "<line x1=\"{lx}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\" {style} stroke-width=\"2\"/>", lx + 20.0);
         let _ = writeln!(s, "<text x=\"{}\" y=\"{}\">{}</text>", lx + 26.0, ly + 4.0, escape(name));
     }
     s.push_str("</svg>\n");
@@ -172,7 +196,8 @@ mod tests {
 
     #[test]
     fn durations_read_with_units() {
-        let cases = [("10m", Ok(600.0)), ("1h", Ok(3600.0)), ("1.5h", Ok(5400.0)), ("1d", Ok(86_400.0)), ("90", Ok(90.0))];
+        let cases =
+            [("10m", Ok(600.0)), ("1h", Ok(3600.0)), ("1.5h", Ok(5400.0)), ("1d", Ok(86_400.0)), ("90", Ok(90.0))];
         for (text, want) in cases {
             assert_eq!(parse_duration(text), want, "{text}");
         }
@@ -183,11 +208,18 @@ mod tests {
 
     #[test]
     fn the_chart_is_one_self_contained_svg() {
-        let svg = chart("a <b>", &[(0, "2020-05-25".into())], &[("actual", "#222", &[1.0, 2.0, 3.0], false), ("f", "#00f", &[1.0, f64::NAN, 2.0], true)]);
+        let svg = chart(
+            "a <b>",
+            &[(0, "2020-05-25".into())],
+            &[("actual", "#222", &[1.0, 2.0, 3.0], false), ("f", "#00f", &[1.0, f64::NAN, 2.0], true)],
+        );
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("a &lt;b&gt;") && !svg.contains("NaN"));
-        assert!(svg.contains(">0.5</text>") && svg.contains(">3.0</text>"), "tick labels with the decimals the step needs");
+        assert!(
+            svg.contains(">0.5</text>") && svg.contains(">3.0</text>"),
+            "tick labels with the decimals the step needs"
+        );
         assert_eq!([nice_step(17.25), nice_step(52.0), nice_step(0.3), nice_step(100.0)], [20.0, 100.0, 0.5, 100.0]);
     }
 }

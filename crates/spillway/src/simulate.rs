@@ -50,7 +50,10 @@ pub struct Args {
 /// Returns the config at `path`, or the built-in one.
 pub fn load_config(path: Option<&Path>) -> Result<Config> {
     let (name, text) = match path {
-        Some(p) => (p.display().to_string(), std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?),
+        Some(p) => (
+            p.display().to_string(),
+            std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?,
+        ),
         None => ("<built-in examples/hybrid.toml>".to_string(), BUILTIN_CONFIG.to_string()),
     };
     Ok(Config::parse(&name, &text)?)
@@ -74,13 +77,21 @@ pub fn run(args: Args) -> Result<()> {
         config: args.config.as_ref().map_or("built-in hybrid".into(), |p| p.display().to_string()),
         jobs: jobs.len(),
         skipped: trace.skipped.iter().cloned().collect(),
-        total_gpu_hours: jobs.iter().map(|j| (j.spec.gpus_per_worker * j.spec.workers) as f64 * j.duration_ms as f64 / 3.6e6).sum(),
+        total_gpu_hours: jobs
+            .iter()
+            .map(|j| (j.spec.gpus_per_worker * j.spec.workers) as f64 * j.duration_ms as f64 / 3.6e6)
+            .sum(),
     };
     let bar = ProgressBar::new(jobs.len() as u64);
-    bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} jobs {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} jobs {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let tick = bar.clone();
-    let progress = spillway_sim::sim::Progress(Some(std::sync::Arc::new(move |done, _| tick.set_position(done as u64))));
-    let spot_traces = args.spot_trace.iter().map(|a| spillway_sim::spot::resolve(&cfg, a)).collect::<Result<Vec<_>, _>>()?;
+    let progress =
+        spillway_sim::sim::Progress(Some(std::sync::Arc::new(move |done, _| tick.set_position(done as u64))));
+    let spot_traces =
+        args.spot_trace.iter().map(|a| spillway_sim::spot::resolve(&cfg, a)).collect::<Result<Vec<_>, _>>()?;
     let opts = SimOptions {
         seed: args.seed,
         record: true,
@@ -97,9 +108,17 @@ pub fn run(args: Args) -> Result<()> {
         bar.set_message(format!("simulating {policy}"));
     })?;
     bar.finish_and_clear();
-    println!("{} jobs from {} on {} (seed {}), {:.2} s\n", jobs.len(), trace.source, cmp.report.input.config, args.seed, started.elapsed().as_secs_f64());
+    println!(
+        "{} jobs from {} on {} (seed {}), {:.2} s\n",
+        jobs.len(),
+        trace.source,
+        cmp.report.input.config,
+        args.seed,
+        started.elapsed().as_secs_f64()
+    );
     print!("{}", summary_table(&cmp.report));
-    write_outputs(&args.out, &cmp, cfg.start_ms).with_context(|| format!("writing reports to {}", args.out.display()))?;
+    write_outputs(&args.out, &cmp, cfg.start_ms)
+        .with_context(|| format!("writing reports to {}", args.out.display()))?;
     println!("\nwrote {0}/report.json, {0}/timeseries.csv, {0}/events.jsonl, {0}/report.html", args.out.display());
     Ok(())
 }

@@ -80,13 +80,34 @@ fn end_to_end_jobs_survive_interruptions_and_a_daemon_kill() {
     let guard = d.dir.with_extension("guard.py");
     std::fs::write(&guard, GUARD).unwrap();
     let train = repo("examples/train.py").display().to_string();
-    let argv = |steps: u32| json!(["python3", guard.display().to_string(), "python3", train, "--steps", steps.to_string(), "--step-time", "0.3", "--checkpoint-every", "3"]);
+    let argv = |steps: u32| {
+        json!([
+            "python3",
+            guard.display().to_string(),
+            "python3",
+            train,
+            "--steps",
+            steps.to_string(),
+            "--step-time",
+            "0.3",
+            "--checkpoint-every",
+            "3"
+        ])
+    };
     let mut ids = Vec::new();
-    let mix: [(&str, &str, u32, u32, usize); 5] =
-        [("p0", "research", 2, 1, 4), ("p1", "research", 2, 1, 6), ("p1", "applied", 2, 2, 1), ("p1", "applied", 1, 1, 2), ("p2", "applied", 1, 1, 7)];
+    let mix: [(&str, &str, u32, u32, usize); 5] = [
+        ("p0", "research", 2, 1, 4),
+        ("p1", "research", 2, 1, 6),
+        ("p1", "applied", 2, 2, 1),
+        ("p1", "applied", 1, 1, 2),
+        ("p2", "applied", 1, 1, 7),
+    ];
     for (tier, team, gpus, workers, n) in mix {
         for _ in 0..n {
-            let v = d.post("/v1/jobs", json!({"tier": tier, "team": team, "gpus": gpus, "workers": workers, "argv": argv(40)}));
+            let v = d.post(
+                "/v1/jobs",
+                json!({"tier": tier, "team": team, "gpus": gpus, "workers": workers, "argv": argv(40)}),
+            );
             ids.push(v["id"].as_u64().unwrap());
         }
     }
@@ -99,7 +120,11 @@ fn end_to_end_jobs_survive_interruptions_and_a_daemon_kill() {
         std::thread::sleep(Duration::from_millis(500));
         let nodes = d.get("/v1/nodes");
         let busy = nodes.as_array().unwrap().iter().find(|n| {
-            n["market"] == "spot" && n["state"] == "ready" && n["jobs"].as_array().is_some_and(|j| !j.is_empty() && j.iter().all(|x| !interrupted_jobs.contains(&x.as_u64().unwrap())))
+            n["market"] == "spot"
+                && n["state"] == "ready"
+                && n["jobs"].as_array().is_some_and(|j| {
+                    !j.is_empty() && j.iter().all(|x| !interrupted_jobs.contains(&x.as_u64().unwrap()))
+                })
         });
         let Some(n) = busy else { continue };
         let jobs: Vec<u64> = n["jobs"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
@@ -117,7 +142,12 @@ fn end_to_end_jobs_survive_interruptions_and_a_daemon_kill() {
     let t = Instant::now();
     loop {
         let jobs = d.get("/v1/jobs?limit=1000");
-        let states: Vec<(u64, String)> = jobs.as_array().unwrap().iter().map(|j| (j["id"].as_u64().unwrap(), j["state"].as_str().unwrap().to_string())).collect();
+        let states: Vec<(u64, String)> = jobs
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| (j["id"].as_u64().unwrap(), j["state"].as_str().unwrap().to_string()))
+            .collect();
         if states.iter().all(|(_, s)| s == "succeeded" || s == "failed" || s == "cancelled") {
             assert!(states.iter().all(|(_, s)| s == "succeeded"), "{states:?}\n{}", d.log());
             break;
@@ -130,7 +160,8 @@ fn end_to_end_jobs_survive_interruptions_and_a_daemon_kill() {
     for id in &interrupted_jobs {
         let (s, logs) = d.raw("GET", &format!("/v1/jobs/{id}/logs"), Some(&d.admin()), None);
         assert_eq!(s, 200);
-        let resumed = logs.lines().any(|l| l.starts_with("resumed from step") && !l.starts_with("resumed from step 0 "));
+        let resumed =
+            logs.lines().any(|l| l.starts_with("resumed from step") && !l.starts_with("resumed from step 0 "));
         assert!(resumed, "job {id} did not resume from a checkpoint:\n{logs}");
         assert!(d.get(&format!("/v1/jobs/{id}"))["attempt"].as_u64().unwrap() >= 2);
     }
@@ -143,7 +174,13 @@ fn end_to_end_jobs_survive_interruptions_and_a_daemon_kill() {
     // Cloud pools return to min (0) within the idle timeout plus a cycle or two.
     loop {
         let pools = d.get("/v1/pools");
-        let cloud: u64 = pools.as_array().unwrap().iter().filter(|p| p["market"] != "fixed").map(|p| p["nodes"].as_u64().unwrap()).sum();
+        let cloud: u64 = pools
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["market"] != "fixed")
+            .map(|p| p["nodes"].as_u64().unwrap())
+            .sum();
         if cloud == 0 {
             break;
         }
@@ -187,7 +224,10 @@ boot_latency_s = 1
 fn tokens_scope_what_a_caller_can_see_and_do() {
     let d = Daemon::new("sec", SMALL_CONFIG);
     let tokens = d.tokens();
-    let (research, applied) = (tokens["teams"]["research"].as_str().unwrap().to_string(), tokens["teams"]["applied"].as_str().unwrap().to_string());
+    let (research, applied) = (
+        tokens["teams"]["research"].as_str().unwrap().to_string(),
+        tokens["teams"]["applied"].as_str().unwrap().to_string(),
+    );
     assert_eq!(d.raw("GET", "/v1/jobs", None, None).0, 401);
     assert_eq!(d.raw("GET", "/v1/jobs", Some("wrong"), None).0, 401);
     let job = json!({"tier": "p1", "gpus": 1, "argv": ["sleep", "30"]}).to_string();
@@ -209,12 +249,20 @@ fn tokens_scope_what_a_caller_can_see_and_do() {
     // Node tokens exist only in their agent (handed over on its stdin) and as hashes in the store: an unknown token
     // and a user token are refused by the agent endpoint (tests/control.rs in spillway-server shows a node token acts
     // only for the workers placed on its node).
-    assert_eq!(d.raw("POST", "/v1/agent/heartbeat", Some("0123456789abcdef0123456789abcdef"), Some(r#"{"node": 0}"#)).0, 401);
+    assert_eq!(
+        d.raw("POST", "/v1/agent/heartbeat", Some("0123456789abcdef0123456789abcdef"), Some(r#"{"node": 0}"#)).0,
+        401
+    );
     assert_eq!(d.raw("POST", "/v1/agent/heartbeat", Some(&research), Some(r#"{"node": 0}"#)).0, 401);
     // Nothing listens beyond loopback: the daemon's socket is bound to 127.0.0.1.
     let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
     let port = format!(":{:04X}", d.port);
-    let listening: Vec<&str> = tcp.lines().filter(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&port)) && l.split_whitespace().nth(3) == Some("0A")).collect();
+    let listening: Vec<&str> = tcp
+        .lines()
+        .filter(|l| {
+            l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&port)) && l.split_whitespace().nth(3) == Some("0A")
+        })
+        .collect();
     assert!(!listening.is_empty(), "no listening socket on {port}");
     for l in listening {
         assert!(l.split_whitespace().nth(1).unwrap().starts_with("0100007F:"), "listens beyond loopback: {l}");
@@ -238,12 +286,21 @@ fn tokens_scope_what_a_caller_can_see_and_do() {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let window = d.get(&format!("/v1/cost?since={}&until={}", now - 3600.0, now + 1.0));
     let recent = d.get(&format!("/v1/cost?since={now}"));
-    assert!(window["total_usd"].as_f64().unwrap() >= total && recent["total_usd"].as_f64().unwrap() < window["total_usd"].as_f64().unwrap(), "{window} {recent}");
+    assert!(
+        window["total_usd"].as_f64().unwrap() >= total
+            && recent["total_usd"].as_f64().unwrap() < window["total_usd"].as_f64().unwrap(),
+        "{window} {recent}"
+    );
     assert_eq!(d.raw("GET", &format!("/v1/cost?since={}&until={}", now, now - 60.0), Some(&d.admin()), None).0, 422);
     assert_eq!(d.raw("GET", "/v1/cost", Some(&research), None).0, 403);
     let (s, metrics) = d.raw("GET", "/metrics", None, None);
     assert_eq!(s, 200);
-    for want in ["spillway_jobs{tier=\"p1\",state=\"cancelled\"} 1", "spillway_pool_nodes{pool=\"onprem\",market=\"fixed\"} 2", "spillway_cost_usd_total{market=\"fixed\"}", "spillway_queued_gpus{tier=\"p0\"} 0"] {
+    for want in [
+        "spillway_jobs{tier=\"p1\",state=\"cancelled\"} 1",
+        "spillway_pool_nodes{pool=\"onprem\",market=\"fixed\"} 2",
+        "spillway_cost_usd_total{market=\"fixed\"}",
+        "spillway_queued_gpus{tier=\"p0\"} 0",
+    ] {
         assert!(metrics.contains(want), "missing `{want}` in:\n{metrics}");
     }
     let openapi = d.get("/v1/openapi.json");
@@ -275,7 +332,8 @@ fn bad_requests_are_refused_with_the_field_and_store_nothing() {
     }
     assert_eq!(d.get("/v1/jobs").as_array().unwrap().len(), 0, "a refused job was stored");
     let db = rusqlite::Connection::open(d.dir.join("spillway.db")).unwrap();
-    let submits: i64 = db.query_row("SELECT count(*) FROM log WHERE entry LIKE '{\"submit\"%'", [], |r| r.get(0)).unwrap();
+    let submits: i64 =
+        db.query_row("SELECT count(*) FROM log WHERE entry LIKE '{\"submit\"%'", [], |r| r.get(0)).unwrap();
     assert_eq!(submits, 0);
     let (s, b) = d.raw("POST", "/v1/pools/od/scale", Some(&admin), Some(r#"{"min_nodes": 3, "max_nodes": 1}"#));
     assert_eq!((s, serde_json::from_str::<Value>(&b).unwrap()["field"].as_str()), (422, Some("min_nodes")));
@@ -298,13 +356,24 @@ fn up_demo_runs_to_the_end_on_embedded_defaults() {
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{text}");
-    for want in ["spillway is up", "scale_out", "interruption", "14/14 jobs succeeded; cloud pools back to zero", "by market:"] {
+    for want in
+        ["spillway is up", "scale_out", "interruption", "14/14 jobs succeeded; cloud pools back to zero", "by market:"]
+    {
         assert!(text.contains(want), "missing `{want}` in:\n{text}");
     }
     let resumed = (0..14).any(|id| {
-        std::fs::read_to_string(dir.join(format!("jobs/job-{id}/logs/rank-0.log"))).is_ok_and(|l| l.lines().any(|x| x.starts_with("resumed from step") && !x.starts_with("resumed from step 0 ")))
+        std::fs::read_to_string(dir.join(format!("jobs/job-{id}/logs/rank-0.log"))).is_ok_and(|l| {
+            l.lines().any(|x| x.starts_with("resumed from step") && !x.starts_with("resumed from step 0 "))
+        })
     });
     assert!(resumed, "no job resumed from a checkpoint:\n{text}");
-    let d = Daemon { dir: dir.clone(), config: dir.join("none"), port: 0, child: None, agent: ureq::Agent::new_with_defaults(), args: Vec::new() };
+    let d = Daemon {
+        dir: dir.clone(),
+        config: dir.join("none"),
+        port: 0,
+        child: None,
+        agent: ureq::Agent::new_with_defaults(),
+        args: Vec::new(),
+    };
     assert!(d.agents_alive().is_empty(), "agents left behind: {:?}", d.agents_alive());
 }

@@ -43,8 +43,10 @@ burst_after_s = 1
 fn wait_ended(d: &Daemon, ids: &[u64]) -> BTreeMap<u64, String> {
     let t = Instant::now();
     loop {
-        let states: BTreeMap<u64, String> =
-            ids.iter().map(|id| (*id, d.get(&format!("/v1/jobs/{id}"))["state"].as_str().unwrap_or("").to_string())).collect();
+        let states: BTreeMap<u64, String> = ids
+            .iter()
+            .map(|id| (*id, d.get(&format!("/v1/jobs/{id}"))["state"].as_str().unwrap_or("").to_string()))
+            .collect();
         if states.values().all(|s| matches!(s.as_str(), "succeeded" | "failed" | "cancelled")) {
             return states;
         }
@@ -57,7 +59,9 @@ fn wait_ended(d: &Daemon, ids: &[u64]) -> BTreeMap<u64, String> {
 fn run_counts(runs: &Path) -> BTreeMap<u64, usize> {
     let mut out = BTreeMap::new();
     for line in std::fs::read_to_string(runs).unwrap_or_default().lines() {
-        if let Some(id) = line.strip_prefix("job ").and_then(|r| r.split_whitespace().next()).and_then(|x| x.parse().ok()) {
+        if let Some(id) =
+            line.strip_prefix("job ").and_then(|r| r.split_whitespace().next()).and_then(|x| x.parse().ok())
+        {
             *out.entry(id).or_insert(0) += 1;
         }
     }
@@ -73,7 +77,12 @@ fn submit_counted(d: &Daemon, runs: &Path, gpus: u32) -> u64 {
 fn assert_once(runs: &Path, ids: &[u64], when: &str) {
     let counts = run_counts(runs);
     for id in ids {
-        assert_eq!(counts.get(id).copied().unwrap_or(0), 1, "job {id} ran {:?} times {when}: {counts:?}", counts.get(id));
+        assert_eq!(
+            counts.get(id).copied().unwrap_or(0),
+            1,
+            "job {id} ran {:?} times {when}: {counts:?}",
+            counts.get(id)
+        );
     }
 }
 
@@ -111,7 +120,8 @@ fn a_finished_job_never_runs_again_across_a_graceful_stop_and_a_kill() {
     assert_eq!(states[&late], "succeeded", "{}", d.log());
     assert_once(&runs, &[late], "for the job submitted after the restarts");
     let events = d.get(&format!("/v1/events?job={late}"));
-    let started = events.as_array().unwrap().iter().find(|e| e["kind"] == "job_started").cloned().unwrap_or(Value::Null);
+    let started =
+        events.as_array().unwrap().iter().find(|e| e["kind"] == "job_started").cloned().unwrap_or(Value::Null);
     assert!(started["detail"].as_str().unwrap_or("").contains("pool onprem"), "{started}");
 }
 
@@ -130,14 +140,22 @@ fn one_daemon_per_data_dir() {
     assert!(!out.status.success(), "a second daemon started on the same data dir");
     let pid = d.child.as_ref().unwrap().id();
     assert!(err.contains("in use by another spillway daemon") && err.contains(&format!("pid {pid}")), "{err}");
-    assert_eq!(std::fs::read_to_string(d.dir.join("client.json")).unwrap(), client_before, "the second daemon touched client.json");
+    assert_eq!(
+        std::fs::read_to_string(d.dir.join("client.json")).unwrap(),
+        client_before,
+        "the second daemon touched client.json"
+    );
     assert_eq!(d.raw("GET", "/healthz", None, None).0, 200, "the first daemon is unharmed");
 }
 
 /// Runs `spillway server` on `dir` expecting it to refuse to start; returns its stderr.
 fn refused(d: &Daemon, extra: &[&str]) -> String {
     let mut cmd = std::process::Command::new(BIN);
-    cmd.args(["server", "--config"]).arg(&d.config).args(["--listen", &format!("127.0.0.1:{}", free_port()), "--data-dir"]).arg(&d.dir).args(extra);
+    cmd.args(["server", "--config"])
+        .arg(&d.config)
+        .args(["--listen", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
+        .arg(&d.dir)
+        .args(extra);
     let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let t = Instant::now();
     loop {
@@ -171,7 +189,8 @@ fn a_store_that_lost_data_is_refused_unless_reinit() {
     d.args = vec!["--reinit".into()];
     d.start();
     assert_eq!(d.get("/v1/jobs").as_array().unwrap().len(), 0);
-    let aside = std::fs::read_dir(&d.dir).unwrap().flatten().any(|e| e.file_name().to_string_lossy().contains(".replaced-"));
+    let aside =
+        std::fs::read_dir(&d.dir).unwrap().flatten().any(|e| e.file_name().to_string_lossy().contains(".replaced-"));
     assert!(aside, "the old store was not set aside");
     d.args.clear();
     let id = submit_counted(&d, &runs, 1);

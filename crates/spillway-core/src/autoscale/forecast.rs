@@ -69,9 +69,14 @@ impl fmt::Display for Method {
         match *self {
             Method::SeasonalNaive => write!(f, "seasonal_naive"),
             Method::HoltWinters { alpha, beta, phi, gamma_day, gamma_week } => {
-                write!(f, "holt_winters(alpha={alpha}, beta={beta}, phi={phi}, gamma_day={gamma_day}, gamma_week={gamma_week})")
+                write!(
+                    f,
+                    "holt_winters(alpha={alpha}, beta={beta}, phi={phi}, gamma_day={gamma_day}, gamma_week={gamma_week})"
+                )
             }
-            Method::Blend { day_weight, alpha, phi } => write!(f, "blend(day_weight={day_weight}, alpha={alpha}, phi={phi})"),
+            Method::Blend { day_weight, alpha, phi } => {
+                write!(f, "blend(day_weight={day_weight}, alpha={alpha}, phi={phi})")
+            }
         }
     }
 }
@@ -323,7 +328,13 @@ fn validate(method: Method, history: &[f64], step_s: f64, day: usize, val_start:
 /// Returns the forecasts of `series[start..]`, each made `horizon_steps` ahead by a model of `method` that has seen
 /// only the values before it (a rolling-origin evaluation; the state updates incrementally, nothing is refitted).
 /// Needs one day of values before the first forecast origin.
-pub fn rolling(method: Method, series: &[f64], step_s: f64, start: usize, horizon_steps: usize) -> Result<Vec<f64>, ForecastError> {
+pub fn rolling(
+    method: Method,
+    series: &[f64],
+    step_s: f64,
+    start: usize,
+    horizon_steps: usize,
+) -> Result<Vec<f64>, ForecastError> {
     let h = horizon_steps.max(1);
     let known = (start + 1).saturating_sub(h);
     let mut m = Model::new(method, &series[..known.min(series.len())], step_s)?;
@@ -339,7 +350,12 @@ pub fn rolling(method: Method, series: &[f64], step_s: f64, start: usize, horizo
 /// dropped.
 pub fn aggregate(values: &[f64], step_s: f64, bucket_s: f64) -> Result<Vec<f64>, ForecastError> {
     let k = (bucket_s / step_s).round();
-    if !step_s.is_finite() || step_s <= 0.0 || !k.is_finite() || k < 1.0 || (k * step_s - bucket_s).abs() > 1e-9 * bucket_s {
+    if !step_s.is_finite()
+        || step_s <= 0.0
+        || !k.is_finite()
+        || k < 1.0
+        || (k * step_s - bucket_s).abs() > 1e-9 * bucket_s
+    {
         return Err(ForecastError::BadBucket { bucket_s, step_s });
     }
     let k = k as usize;
@@ -349,7 +365,8 @@ pub fn aggregate(values: &[f64], step_s: f64, bucket_s: f64) -> Result<Vec<f64>,
 /// Returns the mean absolute percentage error in percent over the pairs whose actual is not zero: a zero actual
 /// (an idle cluster) has no percentage error, so those pairs are skipped. `None` when no actual is non-zero.
 pub fn mape(actual: &[f64], forecast: &[f64]) -> Option<f64> {
-    let terms: Vec<f64> = actual.iter().zip(forecast).filter(|(a, _)| **a != 0.0).map(|(a, f)| ((a - f) / a).abs()).collect();
+    let terms: Vec<f64> =
+        actual.iter().zip(forecast).filter(|(a, _)| **a != 0.0).map(|(a, f)| ((a - f) / a).abs()).collect();
     (!terms.is_empty()).then(|| 100.0 * terms.iter().sum::<f64>() / terms.len() as f64)
 }
 
@@ -455,7 +472,12 @@ mod tests {
     #[test]
     fn bad_input_is_refused_with_a_reason() {
         let cases: [(&str, Vec<f64>, f64, &str); 4] = [
-            ("less than one day of history", vec![1.0; 23], HOUR_S, "need at least one day of history (24 steps of 3600 s), have 23"),
+            (
+                "less than one day of history",
+                vec![1.0; 23],
+                HOUR_S,
+                "need at least one day of history (24 steps of 3600 s), have 23",
+            ),
             ("a step that does not divide a day", vec![1.0; 100], 7000.0, "step 7000 s must be > 0"),
             ("a zero step", vec![1.0; 100], 0.0, "step 0 s must be > 0"),
             ("a NaN in the history", [vec![1.0; 30], vec![f64::NAN]].concat(), HOUR_S, "history value 30 is NaN"),
@@ -479,7 +501,11 @@ mod tests {
         assert_eq!(mape(&[0.0, 0.0], &[1.0, 2.0]), None, "no non-zero actual: no MAPE");
         assert_eq!(rmse(&[1.0, 3.0], &[4.0, -1.0]), Some((12.5f64).sqrt()));
         assert_eq!(rmse(&[], &[]), None);
-        assert_eq!(aggregate(&[1.0, 3.0, 5.0, 7.0, 9.0], 60.0, 120.0), Ok(vec![2.0, 6.0]), "a partial bucket is dropped");
+        assert_eq!(
+            aggregate(&[1.0, 3.0, 5.0, 7.0, 9.0], 60.0, 120.0),
+            Ok(vec![2.0, 6.0]),
+            "a partial bucket is dropped"
+        );
         assert!(aggregate(&[1.0], 60.0, 90.0).is_err(), "a bucket of 1.5 steps");
         let m = Model::new(Method::Blend { day_weight: 1.0, alpha: 1.0, phi: 1.0 }, &[0.0; 24], HOUR_S).unwrap();
         assert!(m.forecast(3).iter().all(|&y| y >= 0.0));

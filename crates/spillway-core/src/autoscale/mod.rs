@@ -70,7 +70,12 @@ pub fn combine(proposals: &[Proposal], current: u32) -> Decision {
     // The first proposal with the largest size: max_by_key keeps the last maximum, so compare on reversed index.
     let largest = proposals.iter().enumerate().max_by_key(|(i, p)| (p.desired_nodes, std::cmp::Reverse(*i)));
     let Some((_, top)) = largest else {
-        return Decision { desired_nodes: current, code: CombineCode::NoProposals, policy: None, detail: "no policy proposed a size".into() };
+        return Decision {
+            desired_nodes: current,
+            code: CombineCode::NoProposals,
+            policy: None,
+            detail: "no policy proposed a size".into(),
+        };
     };
     let (code, winner) = if top.desired_nodes > current {
         (CombineCode::AnyPolicyOut, top)
@@ -83,7 +88,9 @@ pub fn combine(proposals: &[Proposal], current: u32) -> Decision {
     };
     let verb = match code {
         CombineCode::AnyPolicyOut => format!("scale out {current} -> {}", winner.desired_nodes),
-        CombineCode::AllPoliciesIn => format!("scale in {current} -> {} (all {} policies agree)", winner.desired_nodes, proposals.len()),
+        CombineCode::AllPoliciesIn => {
+            format!("scale in {current} -> {} (all {} policies agree)", winner.desired_nodes, proposals.len())
+        }
         CombineCode::ScaleInVetoed => format!("hold at {current}: scale-in vetoed"),
         _ => format!("hold at {current}"),
     };
@@ -106,12 +113,47 @@ mod tests {
     #[test]
     fn any_policy_scales_out_and_all_must_agree_to_scale_in() {
         let cases: [(&str, Vec<Proposal>, u32, u32, CombineCode, Option<&str>); 8] = [
-            ("one policy asking for more is enough", vec![p("a", 8), p("b", 12)], 10, 12, CombineCode::AnyPolicyOut, Some("b")),
-            ("the largest scale-out wins", vec![p("a", 14), p("b", 12), p("c", 3)], 10, 14, CombineCode::AnyPolicyOut, Some("a")),
-            ("all below: the largest (most cautious) wins", vec![p("a", 6), p("b", 8)], 10, 8, CombineCode::AllPoliciesIn, Some("b")),
-            ("one policy at the current size vetoes scale-in", vec![p("a", 6), p("b", 10)], 10, 10, CombineCode::ScaleInVetoed, Some("b")),
+            (
+                "one policy asking for more is enough",
+                vec![p("a", 8), p("b", 12)],
+                10,
+                12,
+                CombineCode::AnyPolicyOut,
+                Some("b"),
+            ),
+            (
+                "the largest scale-out wins",
+                vec![p("a", 14), p("b", 12), p("c", 3)],
+                10,
+                14,
+                CombineCode::AnyPolicyOut,
+                Some("a"),
+            ),
+            (
+                "all below: the largest (most cautious) wins",
+                vec![p("a", 6), p("b", 8)],
+                10,
+                8,
+                CombineCode::AllPoliciesIn,
+                Some("b"),
+            ),
+            (
+                "one policy at the current size vetoes scale-in",
+                vec![p("a", 6), p("b", 10)],
+                10,
+                10,
+                CombineCode::ScaleInVetoed,
+                Some("b"),
+            ),
             ("all at the current size hold", vec![p("a", 10), p("b", 10)], 10, 10, CombineCode::AtTarget, Some("a")),
-            ("ties go to the earlier proposal", vec![p("a", 12), p("b", 12)], 10, 12, CombineCode::AnyPolicyOut, Some("a")),
+            (
+                "ties go to the earlier proposal",
+                vec![p("a", 12), p("b", 12)],
+                10,
+                12,
+                CombineCode::AnyPolicyOut,
+                Some("a"),
+            ),
             ("a single policy may scale in alone", vec![p("a", 0)], 3, 0, CombineCode::AllPoliciesIn, Some("a")),
             ("no proposals hold the current size", vec![], 7, 7, CombineCode::NoProposals, None),
         ];
@@ -123,7 +165,10 @@ mod tests {
 
     #[test]
     fn the_detail_names_the_winner_and_the_code_is_stable() {
-        let d = combine(&[Proposal { policy: "target_tracking:gpu_util".into(), desired_nodes: 6, detail: "util 0.90".into() }], 4);
+        let d = combine(
+            &[Proposal { policy: "target_tracking:gpu_util".into(), desired_nodes: 6, detail: "util 0.90".into() }],
+            4,
+        );
         assert_eq!(d.detail, "scale out 4 -> 6 by target_tracking:gpu_util: util 0.90");
         assert_eq!(d.code.as_str(), "any_policy_out");
     }

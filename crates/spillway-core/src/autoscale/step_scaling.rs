@@ -111,9 +111,14 @@ impl StepScaling {
                     Bound::Above(t) => format!("above {t}"),
                     Bound::Below(t) => format!("below {t}"),
                 });
-                (current.saturating_add_signed(adjust_nodes), format!("{} {when} for {} s: {adjust_nodes:+} node(s)", self.metric, held_ms / 1000))
+                (
+                    current.saturating_add_signed(adjust_nodes),
+                    format!("{} {when} for {} s: {adjust_nodes:+} node(s)", self.metric, held_ms / 1000),
+                )
             }
-            StepOutcome::CoolingDown { cooldown, .. } => (current, format!("band held, {} until {}", cooldown.code, cooldown.until)),
+            StepOutcome::CoolingDown { cooldown, .. } => {
+                (current, format!("band held, {} until {}", cooldown.code, cooldown.until))
+            }
             StepOutcome::Quiet => (current, format!("{} in no band long enough", self.metric)),
         };
         Proposal { policy, desired_nodes, detail }
@@ -160,12 +165,27 @@ mod tests {
         let none = ScaleTimes::default();
         let recent_out = ScaleTimes { last_out: Some(200_000), last_in: None };
         let cases: [(&str, Vec<(i64, f64)>, ScaleTimes, &str); 8] = [
-            ("a spike shorter than the period does nothing", every_minute(&[0.9, 0.9, 0.9, 0.9, 0.9, 0.5, 0.9]), none, ". . . . . . ."),
+            (
+                "a spike shorter than the period does nothing",
+                every_minute(&[0.9, 0.9, 0.9, 0.9, 0.9, 0.5, 0.9]),
+                none,
+                ". . . . . . .",
+            ),
             ("held for the period: +1 at 300 s", every_minute(&[0.9, 0.9, 0.9, 0.9, 0.9, 0.9]), none, ". . . . . +1"),
             ("low for the period: -1", every_minute(&[0.1, 0.1, 0.1, 0.1, 0.1, 0.1]), none, ". . . . . -1"),
-            ("after acting, the band must hold a full period again", every_minute(&[0.9; 12]), none, ". . . . . +1 . . . . . +1"),
+            (
+                "after acting, the band must hold a full period again",
+                every_minute(&[0.9; 12]),
+                none,
+                ". . . . . +1 . . . . . +1",
+            ),
             ("the largest scale-out band that held wins", every_minute(&[0.97; 6]), none, ". . . . . +3"),
-            ("a missing sample restarts the hold", every_minute(&[0.1, 0.1, 0.1, f64::NAN, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]), none, ". . . . . . . . . -1"),
+            (
+                "a missing sample restarts the hold",
+                every_minute(&[0.1, 0.1, 0.1, f64::NAN, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]),
+                none,
+                ". . . . . . . . . -1",
+            ),
             ("sparse samples count the time between them", vec![(0, 0.9), (299, 0.9), (300, 0.9)], none, ". . +1"),
             ("a cooldown after a scale-out blocks scale-in", every_minute(&[0.1; 8]), recent_out, ". . . . . cd cd cd"),
         ];
@@ -180,9 +200,15 @@ mod tests {
         let mut st = StepState::new(&p);
         let last = ScaleTimes { last_out: None, last_in: Some(0) };
         for t in (0..=540).step_by(60) {
-            assert!(matches!(st.observe(&p, t * 1000, 0.1, last), StepOutcome::Quiet | StepOutcome::CoolingDown { .. }));
+            assert!(matches!(
+                st.observe(&p, t * 1000, 0.1, last),
+                StepOutcome::Quiet | StepOutcome::CoolingDown { .. }
+            ));
         }
-        assert_eq!(st.observe(&p, 600_000, 0.1, last), StepOutcome::Adjust { band: 2, adjust_nodes: -1, held_ms: 600_000 });
+        assert_eq!(
+            st.observe(&p, 600_000, 0.1, last),
+            StepOutcome::Adjust { band: 2, adjust_nodes: -1, held_ms: 600_000 }
+        );
     }
 
     #[test]

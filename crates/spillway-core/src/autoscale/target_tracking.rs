@@ -105,7 +105,14 @@ pub struct Cooldown {
 /// the metric has not seen them). Scale-in waits `in_cooldown_s` after the last scale-in AND after the last
 /// scale-out: nodes just bought are not given back within the cooldown, because flapping pays a boot each time.
 /// Holding the size is never blocked.
-pub fn cooldown(current: u32, desired: u32, last: ScaleTimes, now: Time, out_cooldown_s: f64, in_cooldown_s: f64) -> Option<Cooldown> {
+pub fn cooldown(
+    current: u32,
+    desired: u32,
+    last: ScaleTimes,
+    now: Time,
+    out_cooldown_s: f64,
+    in_cooldown_s: f64,
+) -> Option<Cooldown> {
     let (since, wait, code) = if desired > current {
         (last.last_out, out_cooldown_s, "scale_out_cooldown")
     } else if desired < current {
@@ -124,7 +131,13 @@ mod tests {
     const MIN: Time = 60_000;
 
     fn policy() -> TargetTracking {
-        TargetTracking { metric: "gpu_util".into(), target: 0.6, warmup_s: 300.0, scale_in_cooldown_s: 600.0, scale_out_cooldown_s: 120.0 }
+        TargetTracking {
+            metric: "gpu_util".into(),
+            target: 0.6,
+            warmup_s: 300.0,
+            scale_in_cooldown_s: 600.0,
+            scale_out_cooldown_s: 120.0,
+        }
     }
 
     #[test]
@@ -152,8 +165,16 @@ mod tests {
         let new = |v| NodeSample { launched_at: now - MIN, value: v };
         let cases: [(&str, Vec<NodeSample>, Option<u32>); 5] = [
             // Counting the booting node's 0 would average 0.675 and ask for 5 nodes, not 6.
-            ("a booting node's zero does not dilute the average", vec![warm(0.9), warm(0.9), warm(0.9), new(0.0)], Some(6)),
-            ("a node exactly at its warm-up counts", vec![warm(0.9), NodeSample { launched_at: now - 5 * MIN, value: 0.0 }], Some(2)),
+            (
+                "a booting node's zero does not dilute the average",
+                vec![warm(0.9), warm(0.9), warm(0.9), new(0.0)],
+                Some(6),
+            ),
+            (
+                "a node exactly at its warm-up counts",
+                vec![warm(0.9), NodeSample { launched_at: now - 5 * MIN, value: 0.0 }],
+                Some(2),
+            ),
             ("no scale-in while a node warms up", vec![warm(0.1), warm(0.1), new(0.0), new(0.0)], Some(4)),
             ("only warming nodes: no proposal", vec![new(0.0), new(0.0)], None),
             ("a node that did not report is left out", vec![warm(0.9), warm(f64::NAN)], Some(3)),
@@ -171,10 +192,20 @@ mod tests {
     #[test]
     fn cooldown_blocks_scale_in_after_any_action_and_scale_out_after_scale_out() {
         let p = policy();
-        let t = |out: Option<i64>, inn: Option<i64>| ScaleTimes { last_out: out.map(|m| m * MIN), last_in: inn.map(|m| m * MIN) };
+        let t = |out: Option<i64>, inn: Option<i64>| ScaleTimes {
+            last_out: out.map(|m| m * MIN),
+            last_in: inn.map(|m| m * MIN),
+        };
         let cases = [
             ("cooldown blocks scale-in after a scale-in", 10, 8, t(None, Some(0)), 5, Some((10, "scale_in_cooldown"))),
-            ("scale-in waits out its cooldown after a scale-out too", 10, 8, t(Some(3), Some(0)), 12, Some((13, "scale_in_cooldown"))),
+            (
+                "scale-in waits out its cooldown after a scale-out too",
+                10,
+                8,
+                t(Some(3), Some(0)),
+                12,
+                Some((13, "scale_in_cooldown")),
+            ),
             ("scale-in goes once the cooldown has passed", 10, 8, t(Some(0), Some(0)), 10, None),
             ("scale-out cooldown blocks scale-out", 10, 12, t(Some(0), None), 1, Some((2, "scale_out_cooldown"))),
             ("a scale-in cooldown does not block scale-out", 10, 12, t(None, Some(0)), 1, None),

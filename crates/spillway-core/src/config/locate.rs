@@ -47,9 +47,7 @@ pub fn line_of(text: &str, table: &str, index: Option<usize>, key: &str) -> Opti
 fn key_matches(line: &str, key: &str) -> bool {
     let Some(rest) = line.strip_prefix(key) else { return false };
     let rest = rest.trim_start();
-    rest.starts_with('=')
-        || (key.contains('.') && rest.starts_with('='))
-        || rest.starts_with('.') && rest.contains('=')
+    rest.starts_with('=') || (key.contains('.') && rest.starts_with('=')) || rest.starts_with('.') && rest.contains('=')
 }
 
 #[cfg(test)]

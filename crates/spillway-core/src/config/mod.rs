@@ -390,7 +390,8 @@ impl Config {
     /// Returns the largest GPU count of any node a job of `tier` could ever run on, for `gpu_model` (or any).
     pub fn largest_node_gpus(&self, tier: usize, gpu_model: Option<&str>) -> u32 {
         let markets = &self.tiers[tier].markets;
-        let fits = |model: &str| model == ANY_MODEL || gpu_model.is_none_or(|m| m.split('|').any(|w| w.trim() == model));
+        let fits =
+            |model: &str| model == ANY_MODEL || gpu_model.is_none_or(|m| m.split('|').any(|w| w.trim() == model));
         let mut best = 0;
         for pool in self.pools.iter().filter(|p| markets.contains(&p.market)) {
             for n in pool.nodes.iter().filter(|n| fits(&n.gpu_model)) {
@@ -429,7 +430,13 @@ impl Config {
     /// floor(GPUs / gpus_per_worker) of its instance types sold in its market with a matching model. Spot pools
     /// count only for an `interruptible` job. The bounds are the config's as they stand (a shell's
     /// `SetPoolBounds` changes them in the engine's copy), not those of schedule windows, which close again.
-    pub fn largest_gang(&self, tier: usize, gpus_per_worker: u32, gpu_model: Option<&str>, interruptible: bool) -> Option<GangRoom> {
+    pub fn largest_gang(
+        &self,
+        tier: usize,
+        gpus_per_worker: u32,
+        gpu_model: Option<&str>,
+        interruptible: bool,
+    ) -> Option<GangRoom> {
         let markets = &self.tiers.get(tier)?.markets;
         if gpus_per_worker == 0 {
             return None;

@@ -136,7 +136,12 @@ fn resolve_tiers(cx: &Ctx, raw: &RawConfig) -> Result<Vec<Tier>, ConfigError> {
     for w in tiers.windows(2) {
         if w[0].priority == w[1].priority {
             let table = format!("tiers.{}", w[1].name);
-            return Err(cx.err(&table, None, "priority", format!("priority {} is also tier `{}`'s", w[1].priority, w[0].name)));
+            return Err(cx.err(
+                &table,
+                None,
+                "priority",
+                format!("priority {} is also tier `{}`'s", w[1].priority, w[0].name),
+            ));
         }
     }
     Ok(tiers)
@@ -159,7 +164,12 @@ fn check_instance_types(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     for (i, it) in raw.instance_types.iter().enumerate() {
         if !seen.insert(&it.name) {
-            return Err(cx.err("instance_types", Some(i), "name", format!("instance type `{}` is defined twice", it.name)));
+            return Err(cx.err(
+                "instance_types",
+                Some(i),
+                "name",
+                format!("instance type `{}` is defined twice", it.name),
+            ));
         }
         if it.gpus == 0 {
             return Err(cx.err("instance_types", Some(i), "gpus", "must be at least 1".into()));
@@ -200,10 +210,18 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
         }
         for name in &p.instance_types {
             let Some(it) = raw.instance_types.iter().find(|t| &t.name == name) else {
-                return Err(e(i, "instance_types", format!("unknown instance type `{name}` (not in [[instance_types]])")));
+                return Err(e(
+                    i,
+                    "instance_types",
+                    format!("unknown instance type `{name}` (not in [[instance_types]])"),
+                ));
             };
             if it.price_usd_per_hour(p.market).is_none() {
-                return Err(e(i, "instance_types", format!("instance type `{name}` has no {} price", p.market.as_str())));
+                return Err(e(
+                    i,
+                    "instance_types",
+                    format!("instance type `{name}` has no {} price", p.market.as_str()),
+                ));
             }
         }
         for name in p.capacity.keys() {
@@ -219,7 +237,11 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
         }
         if let Some(pr) = &p.predictive {
             if crate::autoscale::forecast::steps_per_day(pr.bucket_s).is_err() {
-                return Err(e(i, "predictive", format!("bucket_s {} must divide a day into at least 2 buckets", pr.bucket_s)));
+                return Err(e(
+                    i,
+                    "predictive",
+                    format!("bucket_s {} must divide a day into at least 2 buckets", pr.bucket_s),
+                ));
             }
             if !(pr.buffer_s >= 0.0 && pr.buffer_s.is_finite()) {
                 return Err(e(i, "predictive", "buffer_s must be a finite number >= 0".into()));
@@ -234,7 +256,11 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
             }
             // A threshold outside [0, 1] is a band that can never fire (utilization is a share).
             if let Some(v) = b.above.or(b.below).filter(|v| !(0.0..=1.0).contains(v)) {
-                return Err(e(i, "step_scaling", format!("a band's `above` or `below` is a utilization in [0, 1], got {v}")));
+                return Err(e(
+                    i,
+                    "step_scaling",
+                    format!("a band's `above` or `below` is a utilization in [0, 1], got {v}"),
+                ));
             }
         }
         if p.target_gpu_utilization.is_some_and(|t| !(t > 0.0 && t <= 1.0)) {
@@ -250,7 +276,12 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
     for t in tiers {
         if !raw.pools.iter().any(|p| t.markets.contains(&p.market)) {
             let table = format!("tiers.{}", t.name);
-            return Err(cx.err(&table, None, "markets", format!("tier `{}` may run on no pool of this config", t.name)));
+            return Err(cx.err(
+                &table,
+                None,
+                "markets",
+                format!("tier `{}` may run on no pool of this config", t.name),
+            ));
         }
     }
     Ok(())

@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 use spillway_core::time::Time;
-use spillway_core::{Action, Config, Decision, DecisionKind, Engine, Event, JobId, JobSpec, LaunchError, NodeId, StopReason};
+use spillway_core::{
+    Action, Config, Decision, DecisionKind, Engine, Event, JobId, JobSpec, LaunchError, NodeId, StopReason,
+};
 use std::collections::BTreeMap;
 
 /// Drives one engine: holds the current instant (seconds from `t0`) and checks invariants after every step.
@@ -158,12 +160,14 @@ impl Harness {
                 break;
             }
             self.at(next.max(now));
-            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.booting).into_iter().partition(|b| b.0 <= next);
+            let (due, later): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.booting).into_iter().partition(|b| b.0 <= next);
             self.booting = later;
             for (_, node) in due {
                 self.event(Event::NodeReady { node });
             }
-            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.failing).into_iter().partition(|b| b.0 <= next);
+            let (due, later): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.failing).into_iter().partition(|b| b.0 <= next);
             self.failing = later;
             for (_, node) in due {
                 self.event(Event::LaunchFailed { node, error: LaunchError::InsufficientCapacity });
@@ -306,4 +310,3 @@ pub fn terminates(actions: &[Action]) -> Vec<NodeId> {
         })
         .collect()
 }
-

@@ -96,7 +96,8 @@ fn opts(dir: &std::path::Path) -> StateOptions {
 
 /// Runs one seed; the same seed always runs the same way.
 pub fn run_seed(seed: u64) -> Outcome {
-    let base = std::path::Path::new("/dev/shm").is_dir().then(|| PathBuf::from("/dev/shm")).unwrap_or_else(std::env::temp_dir);
+    let base =
+        std::path::Path::new("/dev/shm").is_dir().then(|| PathBuf::from("/dev/shm")).unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!("spillway-faultsim-{}-{seed}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -322,7 +323,9 @@ impl World {
         match effect {
             Effect::Launch { node, .. } => {
                 let result = match spec {
-                    Some(_) if self.fails(0.1) => Err(spillway_providers::ProviderError::InsufficientCapacity { instance_type: "t".into() }),
+                    Some(_) if self.fails(0.1) => {
+                        Err(spillway_providers::ProviderError::InsufficientCapacity { instance_type: "t".into() })
+                    }
                     Some(_) if self.fails(0.05) => Err(spillway_providers::ProviderError::Transient("api down".into())),
                     Some(spec) => Ok(self.create_instance(&spec)),
                     None => return,
@@ -420,15 +423,23 @@ impl World {
             if now < a.up_at {
                 continue;
             }
-            let done: Vec<WorkerRef> =
-                a.procs.iter().filter(|(_, p)| p.stop_at.is_some_and(|t| t <= now) || p.end_at <= now).map(|(w, _)| *w).collect();
+            let done: Vec<WorkerRef> = a
+                .procs
+                .iter()
+                .filter(|(_, p)| p.stop_at.is_some_and(|t| t <= now) || p.end_at <= now)
+                .map(|(w, _)| *w)
+                .collect();
             for w in done {
                 if let Some(p) = a.procs.remove(&w) {
                     a.free += p.gpus;
                     let stopped = p.stop_at.is_some_and(|t| t <= now) && p.end_at > now;
                     let fails = self.work.get(&w.job).is_some_and(|&(_, f)| f);
                     let success = !stopped && !fails;
-                    a.exited.push(WorkerExit { worker: w, code: if stopped { None } else { Some(i32::from(!success)) }, success });
+                    a.exited.push(WorkerExit {
+                        worker: w,
+                        code: if stopped { None } else { Some(i32::from(!success)) },
+                        success,
+                    });
                 }
             }
             if now >= a.next_beat && now >= a.hung_until && !a.in_flight {
@@ -472,9 +483,12 @@ impl World {
             let k = if self.faults { self.rng.random_range(0..due.len()) } else { 0 };
             let (_, token, hb) = due.remove(k);
             // The agent waits for this request (a duplicate's reply goes nowhere).
-            let waiting = self.instances.values_mut().find(|(_, a)| a.token == token && a.seq == hb.seq && a.in_flight).map(|(_, a)| {
-                a.in_flight = false;
-            });
+            let waiting =
+                self.instances.values_mut().find(|(_, a)| a.token == token && a.seq == hb.seq && a.in_flight).map(
+                    |(_, a)| {
+                        a.in_flight = false;
+                    },
+                );
             let Some(st) = self.daemon.as_mut() else { continue };
             if st.node_of_token(&token) != Some(hb.node) {
                 continue;
@@ -491,7 +505,9 @@ impl World {
 
     fn apply_reply(&mut self, token: &str, seq: u64, r: HeartbeatReply) {
         let now = self.now;
-        let Some(id) = self.instances.iter().find(|(_, (_, a))| a.token == token).map(|(id, _)| id.clone()) else { return };
+        let Some(id) = self.instances.iter().find(|(_, (_, a))| a.token == token).map(|(id, _)| id.clone()) else {
+            return;
+        };
         let mut started = Vec::new();
         if let Some((_, a)) = self.instances.get_mut(&id) {
             a.applied = seq;
@@ -531,8 +547,13 @@ impl World {
         if let Some(s) = self.ended.get(&w.job) {
             self.violate(format!("job {} ran again after it ended {s:?}", w.job));
         }
-        let others: BTreeSet<u32> =
-            self.instances.values().flat_map(|(_, a)| a.procs.keys()).filter(|x| x.job == w.job && x.attempt != w.attempt).map(|x| x.attempt).collect();
+        let others: BTreeSet<u32> = self
+            .instances
+            .values()
+            .flat_map(|(_, a)| a.procs.keys())
+            .filter(|x| x.job == w.job && x.attempt != w.attempt)
+            .map(|x| x.attempt)
+            .collect();
         if !others.is_empty() {
             self.violate(format!("job {} attempt {} started while attempts {others:?} still run", w.job, w.attempt));
         }
@@ -559,8 +580,10 @@ impl World {
 
     fn all_done(&self) -> bool {
         let Some(st) = self.daemon.as_ref() else { return false };
-        let jobs_done = st.engine.cluster().jobs.iter().all(|j| !matches!(j.state, JobState::Queued | JobState::Running));
-        let cloud_idle = st.engine.cluster().nodes.iter().all(|n| !n.alive() || n.market == spillway_core::Market::Fixed);
+        let jobs_done =
+            st.engine.cluster().jobs.iter().all(|j| !matches!(j.state, JobState::Queued | JobState::Running));
+        let cloud_idle =
+            st.engine.cluster().nodes.iter().all(|n| !n.alive() || n.market == spillway_core::Market::Fixed);
         jobs_done && cloud_idle && self.pending.is_empty() && self.instances.values().all(|(i, _)| st.alive(i.node))
     }
 
@@ -572,7 +595,10 @@ impl World {
         let mut v = Vec::new();
         for j in &st.engine.cluster().jobs {
             if matches!(j.state, JobState::Queued | JobState::Running) {
-                v.push(format!("job {} never finished ({:?}, attempt {}, pending {:?})", j.id.0, j.state, j.attempt, j.pending));
+                v.push(format!(
+                    "job {} never finished ({:?}, attempt {}, pending {:?})",
+                    j.id.0, j.state, j.attempt, j.pending
+                ));
             }
         }
         for (i, _) in self.instances.values() {

@@ -99,9 +99,12 @@ fn to_trace_error(e: DemandError) -> TraceError {
             column: "time".into(),
             message: format!("{time} follows {previous} after {step_s} s; the series' step is {expected_s} s"),
         },
-        DemandError::TooShort { file, rows } => {
-            TraceError::Row { file, line: rows + 1, column: "time".into(), message: "a series needs at least 2 rows".into() }
-        }
+        DemandError::TooShort { file, rows } => TraceError::Row {
+            file,
+            line: rows + 1,
+            column: "time".into(),
+            message: "a series needs at least 2 rows".into(),
+        },
     }
 }
 
@@ -118,7 +121,12 @@ mod tests {
         (0..steps)
             .map(|i| {
                 let t = i as f64 * 60.0;
-                trace.jobs.iter().filter(|j| j.submit_s <= t && t < j.submit_s + j.duration_s).map(|j| j.gpus as u64).sum()
+                trace
+                    .jobs
+                    .iter()
+                    .filter(|j| j.submit_s <= t && t < j.submit_s + j.duration_s)
+                    .map(|j| j.gpus as u64)
+                    .sum()
             })
             .collect()
     }
@@ -132,7 +140,8 @@ mod tests {
         assert_eq!(replayed(&trace, want.len()), want);
         assert!(trace.jobs.iter().all(|j| (1..=MAX_JOB_GPUS).contains(&j.gpus) && j.duration_s > 0.0));
         // The 13 GPUs that arrive at minute 2 leave in three groups (LIFO): 4 at minute 3, 7 at 4, 2 at 6.
-        let at2: Vec<(u32, f64)> = trace.jobs.iter().filter(|j| j.submit_s == 120.0).map(|j| (j.gpus, j.duration_s)).collect();
+        let at2: Vec<(u32, f64)> =
+            trace.jobs.iter().filter(|j| j.submit_s == 120.0).map(|j| (j.gpus, j.duration_s)).collect();
         assert_eq!(at2, vec![(4, 60.0), (7, 120.0), (2, 240.0)]);
     }
 

@@ -34,8 +34,13 @@ impl Daemon {
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = dir.join("cluster.toml");
         std::fs::write(&cfg, config).unwrap();
-        let agent = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into();
-        let mut d = Daemon { dir: dir.join("data"), config: cfg, port: free_port(), child: None, agent, args: Vec::new() };
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        let mut d =
+            Daemon { dir: dir.join("data"), config: cfg, port: free_port(), child: None, agent, args: Vec::new() };
         d.start();
         d
     }
@@ -165,6 +170,10 @@ unsafe extern "C" {
 }
 
 pub fn python() -> bool {
-    Command::new("python3").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("python3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
-
