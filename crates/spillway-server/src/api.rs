@@ -315,14 +315,16 @@ fn spec_of(req: &JobSubmit, team: String, now: Time) -> ApiResult<JobSpec> {
 
 /// Maps the engine's refusal to a 422 naming the field (its message starts with the field name).
 fn submit_error(e: &SubmitError) -> ApiError {
-    let msg = e.to_string();
-    let field = msg.split(':').next().unwrap_or("").trim().to_string();
-    let field = match field.as_str() {
+    // The engine names its own fields; the API's request names some of them differently.
+    let field = match e.field() {
         "gpus_per_worker" => "gpus",
         "gpu_type" => "gpu_model",
-        f if f.chars().all(|c| c.is_ascii_lowercase() || c == '_') && !f.is_empty() => f,
-        _ => "",
+        "checkpoint_interval_ms" => "checkpoint_interval_s",
+        "expected_duration_ms" => "expected_duration_s",
+        "deadline" => "deadline_s",
+        f => f,
     };
+    let msg = e.to_string();
     if field.is_empty() { ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, msg) } else { bad(field, msg) }
 }
 

@@ -206,8 +206,8 @@ impl State {
 
     /// Starts fencing `node` unless it is already being fenced.
     fn fence(&mut self, now: Time, node: u32) {
-        if !self.fencing.contains_key(&node) {
-            self.fencing.insert(node, now);
+        if let std::collections::btree_map::Entry::Vacant(e) = self.fencing.entry(node) {
+            e.insert(now);
             self.effects.push(Effect::Fence { node });
         }
     }

@@ -290,12 +290,7 @@ mod tests {
 
     #[test]
     fn the_helios_files_load_when_present() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/demand");
-        let path = dir.join("earth_vc6YE.csv");
-        if !path.exists() {
-            eprintln!("skipping: ../shared/traces/demand/earth_vc6YE.csv not found");
-            return;
-        }
+        let Some(path) = crate::shared("traces/demand/earth_vc6YE.csv") else { return };
         let s = load(&path, "running_gpu_num").unwrap();
         // May 2020, one row a minute.
         assert_eq!(

@@ -50,6 +50,13 @@ pub struct SimOptions {
     pub spot_traces: Vec<crate::spot::OfferingTrace>,
     /// Told (jobs ended, jobs in all) every few thousand steps, for a progress bar.
     pub progress: Progress,
+    /// Extra engine wake-ups, ms from the start of the trace, for tests: at each the engine gets a
+    /// `handle_timeout` it did not ask for (after that instant's own events and wake-up). An engine whose every
+    /// time-dependent decision has its own wake-up decides exactly the same with them. They are not counted as
+    /// steps and do not move the end of the run.
+    pub extra_wakes_ms: Vec<Millis>,
+    /// Keep every action other than decision records, with the instant it was polled (`SimOutcome::actions`).
+    pub keep_actions: bool,
 }
 
 /// A progress callback: (jobs ended, jobs in all). The default does nothing.
@@ -71,6 +78,8 @@ impl Default for SimOptions {
             samples: 1500,
             spot_traces: Vec::new(),
             progress: Progress::default(),
+            extra_wakes_ms: Vec::new(),
+            keep_actions: false,
         }
     }
 }
@@ -111,6 +120,8 @@ pub struct SimOutcome {
     pub submitted: usize,
     /// GPU-ms of work the simulator saw redone (time since the last checkpoint of stopped attempts).
     pub lost_gpu_ms: i128,
+    /// With `SimOptions::keep_actions`: every action but the decision records, with the instant it was polled.
+    pub actions: Vec<(Time, Action)>,
 }
 
 /// Errors a run can end with: a broken invariant (an engine bug) or a refused event.
@@ -155,6 +166,7 @@ struct Sim<'a> {
     lost_gpu_ms: i128,
     queued_gpus: i64,
     running_gpus: i64,
+    actions: Vec<(Time, Action)>,
 }
 
 impl<'a> Sim<'a> {
@@ -196,6 +208,7 @@ impl<'a> Sim<'a> {
             lost_gpu_ms: 0,
             queued_gpus: 0,
             running_gpus: 0,
+            actions: Vec::new(),
         };
         s.push(t0, SimEvent::Sample);
         for k in 0..s.traces.len() {
@@ -224,10 +237,14 @@ impl<'a> Sim<'a> {
             .max()
             .unwrap_or(0)
             + 60_000;
+        // Extra wake-ups (tests), in order; the instant of the last real step, which alone decides the end.
+        let mut extra: Vec<Time> = self.opts.extra_wakes_ms.iter().map(|&ms| self.t0 + ms).collect();
+        extra.sort_unstable();
+        let (mut next_extra, mut real_now) = (0usize, self.now);
         loop {
             self.drain_actions()?;
             let all_done = next_job == self.jobs.len() && self.finished == self.jobs.len();
-            if all_done && (self.now > self.last_end + tail_ms || self.cloud_at_rest()) {
+            if all_done && (real_now > self.last_end + tail_ms || self.cloud_at_rest()) {
                 break;
             }
             if next_job == self.jobs.len() && self.stalled() {
@@ -239,7 +256,14 @@ impl<'a> Sim<'a> {
             let t_heap = self.heap.peek().map(|Reverse((t, _, _))| *t);
             let t_wake = self.engine.poll_timeout().map(|t| t.max(self.now));
             let Some(t) = [t_job, t_heap, t_wake].into_iter().flatten().min() else { break };
+            if let Some(&x) = extra.get(next_extra).filter(|&&x| x < t) {
+                // An extra wake-up alone before the next real instant; then look again (it may have moved).
+                next_extra += 1;
+                self.extra_wake(x)?;
+                continue;
+            }
             self.now = t;
+            real_now = t;
             while self.jobs.get(next_job).is_some_and(|j| self.t0 + j.submit_ms == t) {
                 self.submit(next_job)?;
                 next_job += 1;
@@ -255,14 +279,20 @@ impl<'a> Sim<'a> {
                 self.engine.handle_timeout(t);
             }
             self.events += 1;
-            if self.events % 4096 == 0 {
+            if self.events.is_multiple_of(4096) {
                 if let Some(p) = &self.opts.progress.0 {
                     p(self.finished, self.jobs.len());
                 }
             }
             self.drain_actions()?;
             self.check_step()?;
+            while extra.get(next_extra).is_some_and(|&x| x <= t) {
+                // Extra wake-ups at this very instant come after its own events and wake-up.
+                next_extra += 1;
+                self.extra_wake(t)?;
+            }
         }
+        self.now = real_now;
         self.engine.check_invariants().map_err(|m| self.broken(m))?;
         self.engine.finish(self.now);
         self.sample();
@@ -275,7 +305,17 @@ impl<'a> Sim<'a> {
             events: self.events,
             submitted: self.jobs.len(),
             lost_gpu_ms: self.lost_gpu_ms,
+            actions: self.actions,
         })
+    }
+
+    /// Wakes the engine at `at` though it did not ask to be (see `SimOptions::extra_wakes_ms`) and carries out
+    /// whatever it decides.
+    fn extra_wake(&mut self, at: Time) -> Result<(), SimError> {
+        self.now = self.now.max(at);
+        self.engine.handle_timeout(self.now);
+        self.drain_actions()?;
+        self.check_step()
     }
 
     /// Checks the invariants after a step: pool bounds every step (cheap), the engine's full check every step in
@@ -289,7 +329,7 @@ impl<'a> Sim<'a> {
                 );
             }
         }
-        if self.opts.check == Check::Full || self.events % 65_536 == 0 {
+        if self.opts.check == Check::Full || self.events.is_multiple_of(65_536) {
             self.engine.check_invariants().map_err(|m| self.broken(m))?;
         }
         Ok(())
@@ -398,6 +438,9 @@ impl<'a> Sim<'a> {
 
     fn act(&mut self, a: Action) -> Result<(), SimError> {
         let now = self.now;
+        if self.opts.keep_actions && !matches!(a, Action::Record(_)) {
+            self.actions.push((now, a.clone()));
+        }
         match a {
             Action::Launch { node, pool, instance_type } => {
                 let p = &self.cfg.pools[pool];
@@ -574,8 +617,8 @@ impl<'a> Sim<'a> {
         for p in 0..pools {
             row.extend([cap[p] as f64, busy[p] as f64, nodes[p] as f64]);
         }
-        for m in 0..3 {
-            row.push(c.ledger.by_market[m] + open[m]);
+        for (booked, open) in c.ledger.by_market.iter().zip(&open) {
+            row.push(booked + open);
         }
         // Spot nodes alive (ready) vs requested (asked for and not ready yet).
         let spot = self.cfg.pools.iter().enumerate().filter(|(_, p)| p.market == Market::Spot);

@@ -37,11 +37,7 @@ max_nodes = 2
 "#;
 
 fn traces() -> Option<Vec<PathBuf>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/spot");
-    if !dir.exists() {
-        println!("skipping: {} not found", dir.display());
-        return None;
-    }
+    let dir = spillway_sim::shared("traces/spot")?;
     let mut files = Vec::new();
     for sub in ["aws_2022-10-26_2week_k80_v100_availability", "aws_2023-08-03_4node_v100_preemption"] {
         let Ok(rd) = std::fs::read_dir(dir.join(sub)) else { continue };

@@ -69,11 +69,7 @@ fn helios_series_predictive_cuts_peak_hour_waits() {
     use spillway_sim::policies::config_for;
     use spillway_sim::run::run_report;
     use spillway_sim::trace::{TraceFormat, load};
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/demand");
-    if !dir.is_dir() {
-        println!("skipping: {} not found (the shared Helios demand series)", dir.display());
-        return;
-    }
+    let Some(dir) = spillway_sim::shared("traces/demand") else { return };
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let text = std::fs::read_to_string(root.join("examples/helios.toml")).unwrap();
     let cfg = Config::parse("helios.toml", &text).unwrap();

@@ -169,11 +169,7 @@ fn an_alibaba_row_with_an_unknown_qos_names_line_and_column() {
 
 #[test]
 fn on_the_alibaba_trace_spillway_beats_static_peak_and_on_demand_reactive() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/jobs/openb_pod_list_default.csv");
-    if !path.exists() {
-        println!("skipping: {} not found", path.display());
-        return;
-    }
+    let Some(path) = spillway_sim::shared("traces/jobs/openb_pod_list_default.csv") else { return };
     let cfg = example("alibaba-16gpu.toml");
     let trace = trace::load(&path, TraceFormat::Alibaba2023).unwrap_or_else(|e| panic!("{e}"));
     let jobs = to_sim_jobs(&trace, &cfg).unwrap_or_else(|e| panic!("{e}"));

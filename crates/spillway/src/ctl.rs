@@ -154,12 +154,14 @@ pub struct SubmitArgs {
     /// Whether it may run on spot and be preempted (default: the tier's).
     #[arg(long, action = ArgAction::Set, value_name = "true|false")]
     interruptible: Option<bool>,
-    #[arg(long)]
+    /// Seconds between the job's checkpoints (default: the tier's).
+    #[arg(long, value_parser = positive_secs)]
     checkpoint_interval_s: Option<f64>,
     /// Deadline, seconds from submission.
-    #[arg(long)]
+    #[arg(long, value_parser = positive_secs)]
     deadline_s: Option<f64>,
-    #[arg(long)]
+    /// How long the job runs without interruption, seconds (for deadline-aware placement).
+    #[arg(long, value_parser = positive_secs)]
     expected_duration_s: Option<f64>,
     /// The command, after `--`: program and arguments (overrides the file's argv).
     #[arg(last = true, value_name = "ARGV")]
@@ -354,6 +356,15 @@ fn logs(client: &Client, id: u32, follow: bool) -> Result<()> {
             return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Parses a positive, finite number of seconds (`nan` and `inf` would reach the daemon as JSON `null`).
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        Ok(x) => Err(format!("{x} is not a positive, finite number of seconds")),
+        Err(e) => Err(format!("`{s}`: {e}")),
     }
 }
 

@@ -1,5 +1,8 @@
 //! The `spillway` binary end to end: `config check` on good and bad files, and `simulate` writing its reports.
 
+// A test of the shell: it reads the real clock.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

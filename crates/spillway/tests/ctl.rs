@@ -2,6 +2,9 @@
 //! checked), a 403 (exit 4 with the server's message), a 422 (exit 5 naming the field), a 404 (exit 3), an
 //! unreachable server (exit 6), and `-o json`.
 
+// A test of the shell: it reads the real clock.
+#![allow(clippy::disallowed_methods)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output};

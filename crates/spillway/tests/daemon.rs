@@ -1,6 +1,9 @@
 //! The daemon with real processes: `spillway server` on a temp data dir, agents started by the local provider, jobs
 //! running `examples/train.py`. End to end (interruptions, `kill -9` and restart), security and bad input.
 
+// A test of the shell: it reads the real clock.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use common::*;
@@ -312,7 +315,7 @@ fn tokens_scope_what_a_caller_can_see_and_do() {
 fn bad_requests_are_refused_with_the_field_and_store_nothing() {
     let d = Daemon::new("bad", SMALL_CONFIG);
     let admin = d.admin();
-    let cases: [(&str, u16, Option<&str>); 7] = [
+    let cases: [(&str, u16, Option<&str>); 12] = [
         (r#"{"tier": "p1", "gpus": 1, "argv": ["true"]"#, 400, None),
         (r#"{"tier": "p1", "gpus": 64, "argv": ["true"]}"#, 422, Some("gpus")),
         (r#"{"tier": "p1", "gpus": 1, "argv": []}"#, 422, Some("argv")),
@@ -320,6 +323,16 @@ fn bad_requests_are_refused_with_the_field_and_store_nothing() {
         (r#"{"tier": "p1", "team": "nobody", "gpus": 1, "argv": ["true"]}"#, 422, Some("team")),
         (r#"{"tier": "p1", "gpus": "two", "argv": ["true"]}"#, 422, Some("gpus")),
         (r#"{"tier": "p1", "gpu": 1, "argv": ["true"]}"#, 422, Some("gpu")),
+        // Gangs no pool could ever hold, and sizes that would overflow, are refused naming the workers.
+        (r#"{"tier": "p1", "gpus": 2, "workers": 100, "argv": ["true"]}"#, 422, Some("workers")),
+        (r#"{"tier": "p1", "gpus": 1, "workers": 4294967295, "argv": ["true"]}"#, 422, Some("workers")),
+        (r#"{"tier": "p1", "gpus": 1, "deadline_s": 1e300, "argv": ["true"]}"#, 422, Some("deadline_s")),
+        (
+            r#"{"tier": "p1", "gpus": 1, "checkpoint_interval_s": 1e-300, "argv": ["true"]}"#,
+            422,
+            Some("checkpoint_interval_s"),
+        ),
+        (r#"{"tier": "p1", "gpus": 1, "argv": ["true"]} garbage"#, 400, None),
     ];
     for (body, status, field) in cases {
         let (s, b) = d.raw("POST", "/v1/jobs", Some(&admin), Some(body));

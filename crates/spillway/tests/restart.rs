@@ -2,6 +2,9 @@
 //! `kill -9`; a second daemon cannot take the data dir; a store that lost data is refused; nothing another user or a
 //! job could read holds a token.
 
+// A test of the shell: it reads the real clock.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use common::*;

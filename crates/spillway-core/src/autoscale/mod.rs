@@ -111,6 +111,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)] // a table of cases reads best inline
     fn any_policy_scales_out_and_all_must_agree_to_scale_in() {
         let cases: [(&str, Vec<Proposal>, u32, u32, CombineCode, Option<&str>); 8] = [
             (

@@ -161,6 +161,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)] // a table of cases reads best inline
     fn a_band_acts_only_after_holding_for_its_period() {
         let none = ScaleTimes::default();
         let recent_out = ScaleTimes { last_out: Some(200_000), last_in: None };

@@ -96,8 +96,8 @@ fn opts(dir: &std::path::Path) -> StateOptions {
 
 /// Runs one seed; the same seed always runs the same way.
 pub fn run_seed(seed: u64) -> Outcome {
-    let base =
-        std::path::Path::new("/dev/shm").is_dir().then(|| PathBuf::from("/dev/shm")).unwrap_or_else(std::env::temp_dir);
+    let shm = std::path::Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
     let dir = base.join(format!("spillway-faultsim-{}-{seed}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -205,7 +205,7 @@ impl World {
             self.user_actions();
             self.inject_faults();
         }
-        if self.out.steps % 2 == 0 {
+        if self.out.steps.is_multiple_of(2) {
             if let Some(st) = self.daemon.as_mut() {
                 let _ = st.tick(self.now, 200, &mut self.rng);
                 self.take_effects();

@@ -183,11 +183,7 @@ mod tests {
 
     #[test]
     fn the_public_trace_loads_when_present() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/jobs/openb_pod_list_default.csv");
-        if !path.exists() {
-            eprintln!("skipping: ../shared/traces/jobs/openb_pod_list_default.csv not found");
-            return;
-        }
+        let Some(path) = crate::shared("traces/jobs/openb_pod_list_default.csv") else { return };
         let t = load(&path).unwrap();
         assert!(t.jobs.len() >= 6000, "{} jobs", t.jobs.len());
         // 8,152 pods: 1,088 without GPUs; every other pod is kept or counted as never scheduled.

@@ -92,6 +92,7 @@ pub fn load(path: &Path, format: TraceFormat) -> Result<Trace, TraceError> {
 }
 
 pub mod alibaba;
+pub mod backlog;
 pub mod helios;
 pub mod native;
 pub mod tiresias;

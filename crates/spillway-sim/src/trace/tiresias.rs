@@ -118,11 +118,7 @@ mod tests {
 
     #[test]
     fn the_smoke_trace_loads_when_present() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/jobs/tiresias_60_job_smoke.csv");
-        if !path.exists() {
-            eprintln!("skipping: ../shared/traces/jobs/tiresias_60_job_smoke.csv not found");
-            return;
-        }
+        let Some(path) = crate::shared("traces/jobs/tiresias_60_job_smoke.csv") else { return };
         let t = load(&path).unwrap();
         assert_eq!(t.jobs.len(), 60);
         assert_eq!((t.jobs[0].gpus, t.jobs[0].duration_s), (1, 164.0));

@@ -167,7 +167,7 @@ fn background(rng: &mut ChaCha8Rng, submit_s: f64) -> Draft {
 
 /// A submission time in `[0, span)` drawn from the daily cycle by rejection: a uniform time is kept with
 /// probability equal to the cycle's relative intensity then, which is at least 0.07, so few draws are wasted.
-fn submit_time(rng: &mut ChaCha8Rng, span: f64) -> f64 {
+pub(super) fn submit_time(rng: &mut ChaCha8Rng, span: f64) -> f64 {
     loop {
         let t = rng.random::<f64>() * span;
         if rng.random::<f64>() < intensity(t) {
@@ -186,7 +186,7 @@ fn intensity(t: f64) -> f64 {
 }
 
 /// A log-normal run time with the given median and log-space spread, kept within the bounds, whole seconds.
-fn run_time(rng: &mut ChaCha8Rng, median: f64, sigma: f64) -> f64 {
+pub(super) fn run_time(rng: &mut ChaCha8Rng, median: f64, sigma: f64) -> f64 {
     let z: f64 = rng.sample(StandardNormal);
     (median * (sigma * z).exp()).clamp(MIN_RUN_S, MAX_RUN_S).round()
 }
