@@ -150,3 +150,23 @@ fn a_replayed_submission_the_engine_now_refuses_becomes_a_failed_job_and_ids_sta
         "no event records the refusal"
     );
 }
+
+#[test]
+fn a_write_that_fails_for_good_stops_the_daemon_and_nothing_unlogged_is_acted_on() {
+    let d = dir("storefail");
+    let (mut st, _) = open(&d, T0);
+    st.store.inject_crash_after(Some(0));
+    let submit = Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["true".into()], ..Default::default() } };
+    assert!(st.apply(T0, submit.clone()).is_err());
+    assert!(st.fatal.is_some(), "the failure is not remembered");
+    assert!(st.engine.cluster().jobs.is_empty(), "the engine saw a submission the log does not hold");
+    // Everything after it is refused too: no tick, heartbeat or input acts any more.
+    st.store.inject_crash_after(None);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    assert!(st.tick(T0 + 100, 100, &mut rng).is_err());
+    assert!(st.heartbeat(T0 + 200, &Heartbeat { node: 0, seq: 1, ..Default::default() }).is_err());
+    assert!(st.apply(T0 + 300, submit).is_err());
+    drop(st);
+    let (st, _) = open(&d, T0 + 1_000);
+    assert!(st.engine.cluster().jobs.is_empty());
+}

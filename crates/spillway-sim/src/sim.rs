@@ -214,7 +214,7 @@ impl<'a> Sim<'a> {
         for k in 0..s.traces.len() {
             s.push(t0, SimEvent::Capacity(k));
         }
-        if cfg.pools.iter().any(|p| p.target_gpu_utilization.is_some()) {
+        if cfg.pools.iter().any(|p| p.uses_utilization()) {
             s.push(t0 + METRIC_PERIOD_MS, SimEvent::Metrics);
         }
         s
@@ -542,12 +542,13 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
-    /// Sends a utilization sample for every ready node of a target-tracking pool: the GPU-weighted utilization of
+    /// Sends a utilization sample for every ready node of a pool that acts on utilization (target tracking or step
+    /// bands, [`spillway_core::config::Pool::uses_utilization`]): the GPU-weighted utilization of
     /// its jobs, idle GPUs counting 0.
     fn report_metrics(&mut self) -> Result<(), SimError> {
         let mut samples = Vec::new();
         let c = self.engine.cluster();
-        for (p, _) in self.cfg.pools.iter().enumerate().filter(|(_, p)| p.target_gpu_utilization.is_some()) {
+        for (p, _) in self.cfg.pools.iter().enumerate().filter(|(_, p)| p.uses_utilization()) {
             for &n in &c.pools[p].ready {
                 let node = &c.nodes[n.0 as usize];
                 let busy: f64 = node

@@ -59,3 +59,14 @@ fn a_pool_tracks_its_utilization_target_on_a_ramp() {
         "average utilization {tracked_util:.3} is not near the target {target}"
     );
 }
+
+/// A pool with step-scaling bands alone (no utilization target) gets utilization samples in simulation, as in the
+/// daemon (one rule of the core decides whose samples are sent), so its bands act: busy nodes above the band add a
+/// node beyond what the queue needs.
+#[test]
+fn a_pool_with_step_bands_alone_acts_in_simulation() {
+    let plain = nodes_at_30h(CONFIG);
+    let banded = nodes_at_30h(&format!("{CONFIG}step_scaling = [{{ above = 0.4, hold_s = 300, adjust_nodes = 1 }}]\n"));
+    println!("nodes {plain} -> {banded} with a band above 40% utilization");
+    assert!(banded > plain, "the step band never acted: {banded} nodes vs {plain}");
+}

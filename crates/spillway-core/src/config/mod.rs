@@ -105,6 +105,14 @@ pub struct InstanceType {
     pub spot_usd_per_hour: Option<f64>,
 }
 
+impl Pool {
+    /// Returns whether the pool acts on GPU utilization (target tracking or step-scaling bands): the one rule by
+    /// which the daemon and the simulator decide whose utilization samples to feed the engine.
+    pub fn uses_utilization(&self) -> bool {
+        self.target_gpu_utilization.is_some() || !self.step_scaling.is_empty()
+    }
+}
+
 impl InstanceType {
     /// Returns the hourly price of one node in `market`, if it is sold there.
     pub fn price_usd_per_hour(&self, market: Market) -> Option<f64> {
