@@ -333,8 +333,12 @@ impl State {
 
     /// Logs a utilization sample when the node's pool acts on one, at most every [`METRIC_EVERY_MS`].
     fn sample_metric(&mut self, now: Time, node: u32, u: Option<f64>) -> Result<(), ApplyError> {
-        let metric_pool =
-            self.engine.cluster().nodes.get(node as usize).is_some_and(|n| self.engine.config().pools[n.pool].uses_utilization());
+        let metric_pool = self
+            .engine
+            .cluster()
+            .nodes
+            .get(node as usize)
+            .is_some_and(|n| self.engine.config().pools[n.pool].uses_utilization());
         let Some(u) = u.filter(|u| metric_pool && u.is_finite()) else { return Ok(()) };
         if self.last_metric.get(&node).is_some_and(|&t| now - t < METRIC_EVERY_MS) {
             return Ok(());

@@ -156,7 +156,8 @@ fn a_write_that_fails_for_good_stops_the_daemon_and_nothing_unlogged_is_acted_on
     let d = dir("storefail");
     let (mut st, _) = open(&d, T0);
     st.store.inject_crash_after(Some(0));
-    let submit = Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["true".into()], ..Default::default() } };
+    let submit =
+        Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["true".into()], ..Default::default() } };
     assert!(st.apply(T0, submit.clone()).is_err());
     assert!(st.fatal.is_some(), "the failure is not remembered");
     assert!(st.engine.cluster().jobs.is_empty(), "the engine saw a submission the log does not hold");
