@@ -418,6 +418,9 @@ async fn cancel_job(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<R
 }
 
 /// `GET /v1/jobs/{id}/logs`: every worker's output, rank 0 first (all attempts, appended).
+/// The most of each worker's log `GET /v1/jobs/{id}/logs` returns: its last 8 MiB.
+const MAX_LOG_BYTES: u64 = 8 << 20;
+
 async fn job_logs(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<Response> {
     let who = user(&s, &headers)?;
     let id = path_id(id)?;
@@ -425,7 +428,7 @@ async fn job_logs(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<Res
     let dir = s.job_dir(id).join("logs");
     let mut text = String::new();
     for rank in 0..v.workers {
-        if let Ok(t) = std::fs::read_to_string(dir.join(format!("rank-{rank}.log"))) {
+        if let Some(t) = crate::datadir::read_log_tail(&dir, &format!("rank-{rank}.log"), MAX_LOG_BYTES) {
             if v.workers > 1 {
                 text += &format!("==> rank {rank} <==\n");
             }

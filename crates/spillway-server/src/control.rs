@@ -306,7 +306,10 @@ impl State {
         }
         let running: BTreeSet<WorkerRef> = hb.running.iter().copied().collect();
         let exited: BTreeSet<WorkerRef> = hb.exited.iter().map(|e| e.worker).collect();
-        self.set_running(node, running.clone());
+        // Only workers placed on this node count as running here (a node's token cannot hold back other jobs by
+        // claiming to run them); every reported worker that should not run is still told to stop.
+        let own: BTreeSet<WorkerRef> = running.iter().copied().filter(|&w| self.placed_on(node, w)).collect();
+        self.set_running(node, own);
         // A handed-out worker is known gone once a heartbeat that applied the reply handing it out lists it as
         // neither running nor exited (the agent never started it, or its exit was acknowledged), or as exited.
         let applied = hb.applied;
@@ -361,7 +364,7 @@ impl State {
                 signal: "SIGTERM".into(),
             })
             .collect();
-        let run = if self.awaiting.is_empty() {
+        let run = if self.awaiting.is_empty() && !self.stopping {
             desired.into_values().filter(|a| !self.other_attempt_running(a.worker.job, a.worker.attempt)).collect()
         } else {
             Vec::new()

@@ -91,17 +91,22 @@ pub enum StartError {
 }
 
 impl Shared {
-    /// Locks and opens the data dir, checks the store against what the directory remembers and the config against
+    /// Opens the locked data dir, checks the store against what the directory remembers and the config against
     /// the one the store was created with, rebuilds the engine by replaying the log, and loads or creates the user
     /// tokens (their hashes in the store, the tokens in `tokens.json` and `client.json`, with `url`).
     pub fn open(
+        data_dir: DataDir,
         opts: DaemonOptions,
         config_name: &str,
         config_text: &str,
         provider: Arc<dyn Provider>,
         url: &str,
     ) -> Result<Shared, StartError> {
-        let data_dir = DataDir::lock(&opts.data_dir)?;
+        if let Err(e) = data_dir.check_db_file() {
+            if !opts.reinit {
+                return Err(e.into());
+            }
+        }
         let mut store = Store::open(&data_dir.db_path())?;
         if let Err(e) = data_dir.check_store(store.meta("cluster_id")?.as_deref(), store.last_seq()) {
             if !opts.reinit {
@@ -329,6 +334,30 @@ impl Shared {
         }
     }
 
+    /// Before a graceful stop that terminates the nodes: hands out no more work and waits (at most `limit`) until
+    /// every live node has sent two heartbeats since, so exits of jobs that just finished are logged, not lost
+    /// with the nodes (a finished job whose exit was lost would run again after the restart).
+    pub async fn drain_exits(&self, limit: Duration) {
+        let since: BTreeMap<u32, u64> = {
+            let mut st = self.state();
+            st.stopping = true;
+            let alive: Vec<u32> = st.engine.cluster().nodes.iter().filter(|n| n.alive()).map(|n| n.id.0).collect();
+            alive.into_iter().map(|n| (n, st.beat_seq_of(n))).collect()
+        };
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            let done = {
+                let st = self.state();
+                since.iter().all(|(&n, &s)| !st.alive(n) || st.beat_seq_of(n) >= s + 2)
+            };
+            if done {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("spillway: some agents did not report within {} s of the stop", limit.as_secs());
+    }
+
     /// Terminates every live instance of this cluster (graceful shutdown of `spillway up`).
     pub fn terminate_all(&self) {
         if let Ok(list) = self.provider.list(&self.cluster_id) {
@@ -349,7 +378,19 @@ impl Shared {
 /// Creates the jobs' directory root: owner-only, or with `run_as` traversable (0711) so each job's own directory
 /// (created by the agent, owned by the job's user, 0700) can be reached but the root not listed.
 fn make_jobs_dir(dir: &std::path::Path, run_as: bool) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // The path may be guessable (`<data-dir>-jobs`): one someone else made, or a symlink, is refused, not used.
+    if let Ok(m) = std::fs::symlink_metadata(dir) {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if m.file_type().is_symlink() || !m.is_dir() || m.uid() != me {
+            return Err(std::io::Error::other(format!(
+                "{} exists and is not a directory of the daemon's user (a symlink, a file, or owned by uid {});                  remove it or pass another --jobs-dir",
+                dir.display(),
+                m.uid()
+            )));
+        }
+    }
     crate::datadir::private_dir(dir)?;
     if run_as {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;

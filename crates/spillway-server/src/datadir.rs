@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 pub enum DataDirError {
     #[error("data directory {dir}: {message}")]
     Io { dir: String, message: String },
+    #[error("--run-as: {0}")]
+    RunAs(String),
     #[error(
         "data directory {dir} is in use by another spillway daemon (pid {pid}); stop it first, or use another --data-dir"
     )]
@@ -55,6 +57,41 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.write_all(bytes)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)
+}
+
+/// Returns the last `max` bytes of `dir/name` (lossy UTF-8), or `None`. A job may own its log and its log
+/// directory, so neither may be a symlink and the file must be a regular file: the daemon (maybe root) never reads
+/// through a link a job planted (to `tokens.json`, say).
+pub fn read_log_tail(dir: &Path, name: &str, max: u64) -> Option<String> {
+    use std::io::SeekFrom;
+    if std::fs::symlink_metadata(dir).ok()?.file_type().is_symlink() {
+        return None;
+    }
+    let mut f =
+        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(dir.join(name)).ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    f.seek(SeekFrom::Start(meta.len().saturating_sub(max))).ok()?;
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Checks that jobs can run as `user`: the daemon runs as root and the user exists.
+pub fn check_run_as(user: &str) -> Result<(), DataDirError> {
+    let bad = DataDirError::RunAs;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(bad(format!("running jobs as `{user}` needs the daemon to run as root")));
+    }
+    let name = std::ffi::CString::new(user).map_err(|_| bad(format!("`{user}` is not a user name")))?;
+    // SAFETY: name is a valid C string; getpwnam returns NULL or a pointer into static storage we only test.
+    if unsafe { libc::getpwnam(name.as_ptr()) }.is_null() {
+        return Err(bad(format!("no such user `{user}`")));
+    }
+    Ok(())
 }
 
 /// Returns the SHA-256 of a token, hex: what the store keeps instead of the token.
@@ -152,6 +189,20 @@ impl DataDir {
         let instances = self.path.join("provider").join("instances");
         ["store.json", "tokens.json", "client.json"].iter().any(|f| self.path.join(f).exists())
             || std::fs::read_dir(instances).is_ok_and(|mut d| d.next().is_some())
+    }
+
+    /// Refuses, before the store is opened (opening writes its schema), a database file that is missing or empty in
+    /// a directory used before.
+    pub fn check_db_file(&self) -> Result<(), DataDirError> {
+        let empty = std::fs::metadata(self.db_path()).map_or(true, |m| m.len() == 0);
+        if empty && self.used_before() {
+            return Err(DataDirError::LostStore {
+                dir: self.path.display().to_string(),
+                db: self.db_path().display().to_string(),
+                what: "the store is missing or empty, but the directory was used before".into(),
+            });
+        }
+        Ok(())
     }
 
     /// Checks a store against what the directory remembers: a store without a cluster id in a used directory, one

@@ -50,6 +50,11 @@ pub async fn serve(
     started: impl FnOnce(&Started),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    // The data dir first: a second daemon on it fails here, naming the first's pid, before it touches anything.
+    let data_dir = datadir::DataDir::lock(&opts.daemon.data_dir)?;
+    if let Some(user) = &opts.daemon.run_as {
+        datadir::check_run_as(user)?;
+    }
     let listener =
         tokio::net::TcpListener::bind(opts.listen).await.with_context(|| format!("binding {}", opts.listen))?;
     let addr = listener.local_addr()?;
@@ -70,7 +75,8 @@ pub async fn serve(
     local.capacity = capacity;
     local.run_as = opts.daemon.run_as.clone();
     let provider = Arc::new(spillway_providers::LocalProvider::new(local).context("starting the local provider")?);
-    let shared = Arc::new(Shared::open(opts.daemon.clone(), &opts.config_name, &opts.config_text, provider, &url)?);
+    let shared =
+        Arc::new(Shared::open(data_dir, opts.daemon.clone(), &opts.config_name, &opts.config_text, provider, &url)?);
     let replayed = shared.state().engine.cluster().jobs.len();
     let me = shared.clone();
     tokio::task::spawn_blocking(move || me.reconcile()).await?.context("listing the provider's instances")?;
@@ -89,10 +95,18 @@ pub async fn serve(
     started(&Started { url, admin_token: shared.tokens.admin.clone(), team_tokens: shared.team_tokens(), replayed });
     // A store failure the daemon cannot go on from stops it like a signal would, with the error printed.
     let fatal = shared.clone();
+    let drain = opts.stop_nodes_on_exit;
     let shutdown = async move {
-        tokio::select! {
-            _ = shutdown => {}
-            _ = fatal.stop.notified() => eprintln!("spillway: stopping after a store failure"),
+        let graceful = tokio::select! {
+            _ = shutdown => true,
+            _ = fatal.stop.notified() => {
+                eprintln!("spillway: stopping after a store failure");
+                false
+            }
+        };
+        // The API keeps answering heartbeats while the agents report their last exits.
+        if graceful && drain {
+            fatal.drain_exits(std::time::Duration::from_secs(5)).await;
         }
     };
     let app = api::router(shared.clone());

@@ -78,6 +78,11 @@ pub struct State {
     pub(crate) attempts_handed: BTreeMap<u32, BTreeMap<u32, u32>>,
     /// The `seq` of the last heartbeat handled per node: an older one (a delayed or duplicated request) is stale.
     pub(crate) beat_seq: BTreeMap<u32, u64>,
+    /// Where every attempt was placed (node per rank), from the engine's `StartJob` actions (so a replay rebuilds
+    /// it): a node's report that it runs a worker counts only for a worker placed on it.
+    pub(crate) placed: BTreeMap<(u32, u32), Vec<u32>>,
+    /// Set on a graceful stop: no work is handed out while the agents report their last exits.
+    pub stopping: bool,
     /// Nodes whose launch is in flight (not yet answered).
     pub(crate) launching: BTreeSet<u32>,
     /// Exits reported so far by (job, attempt): rank -> success.
@@ -138,6 +143,8 @@ impl State {
             attempts_handed: BTreeMap::new(),
             beat_seq: BTreeMap::new(),
             launching: BTreeSet::new(),
+            placed: BTreeMap::new(),
+            stopping: false,
             exits: BTreeMap::new(),
             reclaim_at: BTreeMap::new(),
             effects: Vec::new(),
@@ -251,7 +258,10 @@ impl State {
             match action {
                 Action::Launch { node, .. } if !self.replaying => self.new_launches.push(node.0),
                 Action::Terminate { node } if !self.replaying => self.effects.push(Effect::Terminate { node: node.0 }),
-                Action::Launch { .. } | Action::Terminate { .. } | Action::StartJob { .. } => {}
+                Action::StartJob { job, attempt, placement } => {
+                    self.placed.insert((job.0, attempt), placement.iter().map(|(n, _)| n.0).collect());
+                }
+                Action::Launch { .. } | Action::Terminate { .. } => {}
                 Action::StopJob { job, attempt, grace_ms, .. } => {
                     self.stop_grace.insert((job.0, attempt), grace_ms.max(0) as u64);
                 }
@@ -434,6 +444,16 @@ impl State {
         }
         // Not acknowledged until the whole attempt is logged, so a restart cannot lose a gang's earlier exits.
         Ok(false)
+    }
+
+    /// Returns the `seq` of the last heartbeat handled from node `n` (0 before any).
+    pub fn beat_seq_of(&self, n: u32) -> u64 {
+        self.beat_seq.get(&n).copied().unwrap_or(0)
+    }
+
+    /// Returns whether worker `w` was ever placed on node `n` (by any attempt's placement).
+    pub fn placed_on(&self, n: u32, w: WorkerRef) -> bool {
+        self.placed.get(&(w.job, w.attempt)).and_then(|p| p.get(w.rank as usize)).is_some_and(|&on| on == n)
     }
 
     /// Returns whether node `n` is alive in the engine (requested, ready or draining).

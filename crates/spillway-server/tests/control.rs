@@ -171,3 +171,25 @@ fn a_write_that_fails_for_good_stops_the_daemon_and_nothing_unlogged_is_acted_on
     let (st, _) = open(&d, T0 + 1_000);
     assert!(st.engine.cluster().jobs.is_empty());
 }
+
+#[test]
+fn a_node_claiming_to_run_other_nodes_workers_holds_back_nothing() {
+    let d = dir("claims");
+    let (mut st, _) = open(&d, T0);
+    st.apply(
+        T0,
+        Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["sleep".into()], ..Default::default() } },
+    )
+    .unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    st.tick(T0 + 100, 100, &mut rng).unwrap();
+    let node = st.engine.job(JobId(0)).unwrap().placement[0].0.0;
+    let other = 1 - node;
+    // The other node claims to run an older attempt of the job: it is told to stop it, and it does not block the
+    // job's real node from getting its worker.
+    let fake = WorkerRef { job: 0, attempt: 0, rank: 0 };
+    let reply = beat(&mut st, T0 + 200, other, 1, vec![fake], vec![]);
+    assert_eq!(reply.stop.iter().map(|s| s.worker).collect::<Vec<_>>(), vec![fake]);
+    let reply = beat(&mut st, T0 + 300, node, 1, vec![], vec![]);
+    assert_eq!(reply.run.len(), 1, "a foreign claim held the job back");
+}

@@ -36,8 +36,9 @@ pub struct ServerArgs {
     /// old store is set aside as spillway.db.replaced-PID. Without it the daemon refuses to start on such a store.
     #[arg(long)]
     reinit: bool,
-    /// Run jobs as this Unix user (the daemon must run as root): jobs cannot read the daemon's data dir, tokens or
-    /// each other's files. Without it jobs run as the daemon's user and can read what it can.
+    /// Run jobs as this Unix user (the daemon must run as root): jobs cannot read the daemon's data dir or its
+    /// tokens (all jobs share the user, so they can read each other's files). Without it jobs run as the daemon's
+    /// user and can read what it can.
     #[arg(long, value_name = "USER")]
     run_as: Option<String>,
     /// Where jobs' checkpoint and log directories live (default: <data-dir>/jobs, or <data-dir>-jobs with --run-as).
@@ -143,8 +144,6 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
     spillway_core::Config::parse(&name, &text)?;
     spillway_server::datadir::private_dir(&a.data_dir).with_context(|| format!("creating {}", a.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&a.data_dir).with_context(|| format!("resolving {}", a.data_dir.display()))?;
-    spillway_server::datadir::write_private(&data_dir.join("train.py"), TRAIN_PY.as_bytes())
-        .context("writing train.py into the data directory")?;
     let exe = std::env::current_exe().context("locating the spillway binary for agents")?;
     let opts = ServeOptions {
         daemon: DaemonOptions {
@@ -178,9 +177,14 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
             }
             eprintln!("spillway: stopping");
         };
+        let dir = data_dir.clone();
         spillway_server::serve(
             opts,
             move |s| {
+                // Written once the daemon holds the data dir (a refused second daemon writes nothing there).
+                if let Err(e) = spillway_server::datadir::write_private(&dir.join("train.py"), TRAIN_PY.as_bytes()) {
+                    eprintln!("spillway: writing train.py into the data directory: {e}");
+                }
                 let stop: Box<dyn Fn() + Send> = Box::new(move || {
                     let _ = tx.send(());
                 });

@@ -244,3 +244,48 @@ fn no_file_another_user_or_a_job_can_read_holds_a_token() {
         }
     }
 }
+
+#[test]
+fn jobs_that_finish_just_before_a_graceful_stop_do_not_run_again() {
+    let mut d = Daemon::new("drain", CONFIG);
+    let runs = d.dir.with_extension("runs");
+    let _ = std::fs::remove_file(&runs);
+    for round in 0..3 {
+        let ids: Vec<u64> = (0..8).map(|_| submit_counted(&d, &runs, 1)).collect();
+        // Stop while the jobs are finishing: their exits may not have been reported yet.
+        std::thread::sleep(Duration::from_millis(700 + 150 * round));
+        d.stop();
+        d.start();
+        wait_ended(&d, &ids);
+        std::thread::sleep(Duration::from_secs(2));
+        assert_once(&runs, &ids, &format!("after the graceful stop of round {round}"));
+    }
+}
+
+#[test]
+fn run_as_an_unknown_user_or_a_planted_jobs_dir_is_refused_at_start() {
+    let base = std::env::temp_dir().join(format!("spillway-daemon-{}-runas", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let config = base.join("cluster.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let d = Daemon {
+        dir: base.join("data"),
+        config,
+        port: free_port(),
+        child: None,
+        agent: ureq::Agent::new_with_defaults(),
+        args: Vec::new(),
+    };
+    let err = refused(&d, &["--run-as", "no-such-user-spillway"]);
+    assert!(err.contains("no such user"), "{err}");
+    // A jobs dir someone planted (here a symlink to another directory) is refused, and the target left alone.
+    let target = base.join("victim");
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let planted = base.join("planted-jobs");
+    std::os::unix::fs::symlink(&target, &planted).unwrap();
+    let err = refused(&d, &["--jobs-dir", &planted.display().to_string()]);
+    assert!(err.contains("not a directory of the daemon's user"), "{err}");
+    assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o755);
+}
