@@ -275,6 +275,18 @@ async fn submit(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Respo
     let mut st = s.state();
     // Check everything the engine would refuse before anything is logged: a refused job stores nothing.
     spillway_core::check_spec(st.engine.config(), &spec).map_err(|e| submit_error(&e))?;
+    // A team's unfinished work is bounded, so one token cannot grow the daemon's memory without end.
+    if let Err((jobs, bytes)) = st.backlog_room(&spec.team, command.bytes()) {
+        let msg = format!(
+            "team `{}` has {jobs} unfinished jobs holding {} MiB of commands (at most {} jobs and {} MiB): \
+             wait for some to end",
+            spec.team,
+            bytes >> 20,
+            crate::state::MAX_BACKLOG_JOBS,
+            crate::state::MAX_BACKLOG_BYTES >> 20
+        );
+        return Err(ApiError::field(StatusCode::TOO_MANY_REQUESTS, "team", msg));
+    }
     let id = st
         .apply(now, Entry::Submit { spec, command })?
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no job id"))?;

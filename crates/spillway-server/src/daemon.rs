@@ -138,6 +138,7 @@ impl Shared {
             heartbeat_timeout_ms: opts.heartbeat_timeout.as_millis() as Time,
             boot_grace_ms: opts.boot_grace.as_millis() as Time,
             reconcile_every_ms: 60_000,
+            max_backlog: (crate::state::MAX_BACKLOG_JOBS, crate::state::MAX_BACKLOG_BYTES),
         };
         let now = now_ms();
         let mut state = State::new(Engine::new(cfg, start), store, sopts, now);

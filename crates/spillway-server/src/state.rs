@@ -20,6 +20,10 @@ use spillway_core::{Action, Engine, Event, JobId, JobState, NodeId, NodeState, T
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 
+/// The most unfinished (queued or running) jobs a team may have, and the most bytes their commands may hold.
+pub const MAX_BACKLOG_JOBS: usize = 100_000;
+pub const MAX_BACKLOG_BYTES: usize = 256 << 20;
+
 /// The most decisions kept in memory for `GET /v1/events`.
 const MAX_DECISIONS: usize = 200_000;
 
@@ -50,6 +54,9 @@ pub struct StateOptions {
     pub boot_grace_ms: Time,
     /// How often the provider's instances are listed and reconciled.
     pub reconcile_every_ms: Time,
+    /// The most unfinished jobs a team may have, and the most bytes their commands may hold
+    /// ([`MAX_BACKLOG_JOBS`], [`MAX_BACKLOG_BYTES`] by default).
+    pub max_backlog: (usize, usize),
 }
 
 /// The daemon's state. One lock guards it; provider calls run outside it and come back as method calls.
@@ -83,6 +90,8 @@ pub struct State {
     pub(crate) placed: BTreeMap<(u32, u32), Vec<u32>>,
     /// Set on a graceful stop: no work is handed out while the agents report their last exits.
     pub stopping: bool,
+    /// Per team, the jobs that may still be unfinished (pruned by [`State::backlog`]).
+    backlog: BTreeMap<String, (Vec<u32>, usize)>,
     /// Nodes whose launch is in flight (not yet answered).
     pub(crate) launching: BTreeSet<u32>,
     /// Exits reported so far by (job, attempt): rank -> success.
@@ -144,6 +153,7 @@ impl State {
             beat_seq: BTreeMap::new(),
             launching: BTreeSet::new(),
             placed: BTreeMap::new(),
+            backlog: BTreeMap::new(),
             stopping: false,
             exits: BTreeMap::new(),
             reclaim_at: BTreeMap::new(),
@@ -213,6 +223,7 @@ impl State {
     fn apply_entry(&mut self, now: Time, entry: Entry) -> Result<Option<JobId>, ApplyError> {
         let result = match entry {
             Entry::Submit { spec, command } => {
+                let team = spec.team.clone();
                 let id = match self.engine.submit(now, spec.clone()) {
                     Ok(id) => Ok(id),
                     Err(e) => {
@@ -228,6 +239,9 @@ impl State {
                 }?;
                 // Job ids come from a counter, so the command's index is the id.
                 self.commands.resize(id.0 as usize, JobCommand::default());
+                let tally = self.backlog.entry(team).or_default();
+                tally.0.push(id.0);
+                tally.1 += command.bytes();
                 self.commands.push(command);
                 self.undecided = true;
                 return Ok(Some(id));
@@ -449,6 +463,24 @@ impl State {
     /// Returns the `seq` of the last heartbeat handled from node `n` (0 before any).
     pub fn beat_seq_of(&self, n: u32) -> u64 {
         self.beat_seq.get(&n).copied().unwrap_or(0)
+    }
+
+    /// Checks that a team may add a job whose command holds `extra` bytes: its unfinished jobs stay under
+    /// `max_backlog`'s jobs and their commands under its bytes. The tally is pruned of finished jobs
+    /// only when it looks full, so a submission costs O(1) amortized. Returns the (jobs, bytes) in the way.
+    pub fn backlog_room(&mut self, team: &str, extra: usize) -> Result<(), (usize, usize)> {
+        let (max_jobs, max_bytes) = self.opts.max_backlog;
+        let over = |(jobs, bytes): (usize, usize)| jobs >= max_jobs || bytes + extra > max_bytes;
+        let Some((ids, bytes)) = self.backlog.get_mut(team) else { return Ok(()) };
+        if !over((ids.len(), *bytes)) {
+            return Ok(());
+        }
+        let (engine, commands) = (&self.engine, &self.commands);
+        ids.retain(|&id| {
+            engine.job(JobId(id)).is_some_and(|j| matches!(j.state, JobState::Queued | JobState::Running))
+        });
+        *bytes = ids.iter().filter_map(|&id| commands.get(id as usize)).map(JobCommand::bytes).sum();
+        if over((ids.len(), *bytes)) { Err((ids.len(), *bytes)) } else { Ok(()) }
     }
 
     /// Returns whether worker `w` was ever placed on node `n` (by any attempt's placement).

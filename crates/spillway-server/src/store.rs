@@ -27,6 +27,15 @@ pub struct JobCommand {
     pub workdir: Option<String>,
 }
 
+impl JobCommand {
+    /// Returns the bytes the command holds in memory (argv, env, workdir).
+    pub fn bytes(&self) -> usize {
+        self.argv.iter().map(String::len).sum::<usize>()
+            + self.env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+            + self.workdir.as_ref().map_or(0, String::len)
+    }
+}
+
 /// One input, as logged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

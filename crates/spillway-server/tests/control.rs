@@ -30,6 +30,7 @@ fn open(dir: &Path, now: Time) -> (State, BTreeMap<u32, String>) {
         heartbeat_timeout_ms: 3_000,
         boot_grace_ms: 5_000,
         reconcile_every_ms: 60_000,
+        max_backlog: (3, 1 << 20),
     };
     let mut st = State::new(Engine::new(cfg, T0), store, opts, now);
     st.replay().unwrap();
@@ -192,4 +193,21 @@ fn a_node_claiming_to_run_other_nodes_workers_holds_back_nothing() {
     assert_eq!(reply.stop.iter().map(|s| s.worker).collect::<Vec<_>>(), vec![fake]);
     let reply = beat(&mut st, T0 + 300, node, 1, vec![], vec![]);
     assert_eq!(reply.run.len(), 1, "a foreign claim held the job back");
+}
+
+#[test]
+fn a_team_backlog_is_bounded_and_frees_up_as_jobs_end() {
+    let d = dir("backlog");
+    let (mut st, _) = open(&d, T0);
+    let cmd = JobCommand { argv: vec!["true".into()], ..Default::default() };
+    for _ in 0..3 {
+        assert!(st.backlog_room("research", cmd.bytes()).is_ok());
+        st.apply(T0, Entry::Submit { spec: spec(1), command: cmd.clone() }).unwrap();
+    }
+    assert_eq!(st.backlog_room("research", cmd.bytes()), Err((3, 12)), "a fourth unfinished job fits");
+    assert!(st.backlog_room("applied", cmd.bytes()).is_ok(), "another team is not held back");
+    st.apply(T0 + 1, Entry::Event(spillway_core::Event::CancelJob { job: JobId(0) })).unwrap();
+    assert!(st.backlog_room("research", cmd.bytes()).is_ok(), "an ended job frees its place");
+    let big = JobCommand { argv: vec!["x".repeat(2 << 20)], ..Default::default() };
+    assert!(st.backlog_room("research", big.bytes()).is_err(), "the bytes are bounded too");
 }

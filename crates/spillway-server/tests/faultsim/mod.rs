@@ -91,6 +91,7 @@ fn opts(dir: &std::path::Path) -> StateOptions {
         heartbeat_timeout_ms: 3_000,
         boot_grace_ms: 5_000,
         reconcile_every_ms: 10_000,
+        max_backlog: (spillway_server::state::MAX_BACKLOG_JOBS, spillway_server::state::MAX_BACKLOG_BYTES),
     }
 }
 
