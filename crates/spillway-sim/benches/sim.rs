@@ -4,6 +4,12 @@
 //! (sorting 1,000,000 seeded u64s), since absolute times are noisy on shared machines.
 //!
 //! Run: `cargo bench -p spillway-sim --bench sim` (add `-- --quick` for 100,000 generated jobs instead of 1M).
+//! The hard cases (long queues) are in the `hard` and `overload` benches.
+
+// A benchmark measures wall time; the clock ban is for the functional core and the simulator.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
 
 use rand::{Rng, SeedableRng};
 use spillway_core::{Config, Engine, JobSpec};
@@ -74,6 +80,7 @@ fn main() {
         out.events as f64 / wall,
         wall / r
     );
+    println!("  {}", common::queue_stats(&out));
 
     big_decision(r);
 }

@@ -1,4 +1,4 @@
-//! What the benches share: the in-run reference, loading configs and traces by repository path, running every
+//! What the benches share: the in-run reference, loading configs by repository path, running every
 //! policy the way `spillway simulate` does, the queue a run had, and the process's peak memory.
 
 // Each bench uses a part of this module.
@@ -14,15 +14,22 @@ use spillway_sim::sim::{SimOptions, SimOutcome, simulate};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Returns the seconds it takes to sort 1,000,000 seeded u64s: the reference every figure is divided by, since
-/// absolute times are noisy on shared machines.
+/// Returns the seconds it takes to sort 1,000,000 seeded u64s, the median of 5 sorts: the reference every figure
+/// is divided by, since absolute times are noisy on shared machines.
 pub fn reference_s() -> f64 {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let mut v: Vec<u64> = (0..1_000_000).map(|_| rng.random()).collect();
-    let t = Instant::now();
-    v.sort_unstable();
-    std::hint::black_box(&v);
-    t.elapsed().as_secs_f64()
+    let input: Vec<u64> = (0..1_000_000).map(|_| rng.random()).collect();
+    let mut times: Vec<f64> = (0..5)
+        .map(|_| {
+            let mut v = input.clone();
+            let t = Instant::now();
+            v.sort_unstable();
+            std::hint::black_box(&v);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }
 
 /// Returns the path of `rel`, relative to the repository root.
@@ -35,16 +42,6 @@ pub fn load_config(rel: &str) -> Result<Config, String> {
     let path = repo(rel);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     Config::parse(rel, &text).map_err(|e| e.to_string())
-}
-
-/// Returns the path of `rel` under `../shared` when it exists; otherwise prints that the figure is skipped.
-pub fn shared(rel: &str) -> Option<PathBuf> {
-    let path = repo("../shared").join(rel);
-    if path.exists() {
-        return Some(path);
-    }
-    println!("skipping: {} not found (../shared is absent)", path.display());
-    None
 }
 
 /// Returns the job count a bench should run: `SPILLWAY_BENCH_JOBS` when it is set to a whole number >= 1 (capped
@@ -80,7 +77,7 @@ impl std::fmt::Display for QueueStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "queue mean {:.0} max {} jobs, queued GPUs mean {:.0} max {:.0}",
+            "queue mean {:.1} max {} jobs, queued GPUs mean {:.1} max {:.0}",
             self.mean_jobs, self.max_jobs, self.mean_gpus, self.max_gpus
         )
     }
@@ -144,6 +141,8 @@ pub struct PolicyRun {
     pub steps: u64,
     pub jobs_completed: usize,
     pub queue: QueueStats,
+    /// Each tier's p95 queue wait, in hours, over the jobs that started.
+    pub p95_wait_h: Vec<(String, f64)>,
 }
 
 /// All the policies `spillway simulate` compares on one input, and the time it took.
@@ -173,7 +172,9 @@ pub fn run_policies(cfg: &Config, jobs: &[SimJob], opts: &SimOptions) -> Result<
         let wall_s = t.elapsed().as_secs_f64();
         total_s += wall_s;
         let queue = queue_stats(&out);
-        runs.push(PolicyRun { policy, wall_s, steps: out.events, jobs_completed: report.jobs_completed, queue });
+        let p95_wait_h = report.tiers.iter().map(|(t, r)| (t.clone(), r.queue_wait_s.p95 / 3600.0)).collect();
+        let jobs_completed = report.jobs_completed;
+        runs.push(PolicyRun { policy, wall_s, steps: out.events, jobs_completed, queue, p95_wait_h });
     }
     Ok(PolicyRuns { runs, bound_s, total_s })
 }
@@ -181,15 +182,17 @@ pub fn run_policies(cfg: &Config, jobs: &[SimJob], opts: &SimOptions) -> Result<
 /// Prints one line per run of `runs`, then the bound and the total against the reference `r`.
 pub fn print_runs(runs: &PolicyRuns, jobs: usize, r: f64) {
     for p in &runs.runs {
+        let waits: Vec<String> = p.p95_wait_h.iter().map(|(t, h)| format!("{t} {h:.1}h")).collect();
         println!(
-            "  {:<20} {:>8.3} s {:>9} steps {:>9.0} steps/s  {}/{} done  {}",
+            "  {:<20} {:>8.3} s {:>9} steps {:>9.0} steps/s  {}/{} done  {}; p95 wait {}",
             p.policy,
             p.wall_s,
             p.steps,
             p.steps as f64 / p.wall_s.max(1e-9),
             p.jobs_completed,
             jobs,
-            p.queue
+            p.queue,
+            waits.join(" ")
         );
     }
     println!("  {:<20} {:>8.3} s", "instant-overflow bound", runs.bound_s);
