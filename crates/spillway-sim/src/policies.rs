@@ -49,14 +49,14 @@ fn fixed_only(cfg: &Config, peak: u64) -> Config {
         t.markets = vec![Market::Fixed];
     }
     let have: u64 = c.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count as u64 * n.gpus as u64).sum();
-    if let Some(pool) = c.pools.first_mut() {
-        if peak > have {
-            let largest = pool.nodes.iter().max_by_key(|n| n.gpus).cloned();
-            let size = largest.as_ref().map_or(8, |n| n.gpus).max(1);
-            let model = largest.map_or_else(|| spillway_core::config::ANY_MODEL.to_string(), |n| n.gpu_model);
-            let extra = (peak - have).div_ceil(size as u64) as u32;
-            pool.nodes.push(FixedNodes { count: extra, gpus: size, gpu_model: model });
-        }
+    if let Some(pool) = c.pools.first_mut()
+        && peak > have
+    {
+        let largest = pool.nodes.iter().max_by_key(|n| n.gpus).cloned();
+        let size = largest.as_ref().map_or(8, |n| n.gpus).max(1);
+        let model = largest.map_or_else(|| spillway_core::config::ANY_MODEL.to_string(), |n| n.gpu_model);
+        let extra = (peak - have).div_ceil(size as u64) as u32;
+        pool.nodes.push(FixedNodes { count: extra, gpus: size, gpu_model: model });
     }
     c
 }

@@ -279,10 +279,10 @@ impl<'a> Sim<'a> {
                 self.engine.handle_timeout(t);
             }
             self.events += 1;
-            if self.events.is_multiple_of(4096) {
-                if let Some(p) = &self.opts.progress.0 {
-                    p(self.finished, self.jobs.len());
-                }
+            if self.events.is_multiple_of(4096)
+                && let Some(p) = &self.opts.progress.0
+            {
+                p(self.finished, self.jobs.len());
             }
             self.drain_actions()?;
             self.check_step()?;
@@ -517,10 +517,10 @@ impl<'a> Sim<'a> {
 
     fn forget_node(&mut self, node: NodeId) {
         let n = &self.engine.cluster().nodes[node.0 as usize];
-        if let (Some(it), pool) = (n.instance_type, n.pool) {
-            if let Some(c) = self.alive.get_mut(&(pool, it)) {
-                c.remove(&node);
-            }
+        if let (Some(it), pool) = (n.instance_type, n.pool)
+            && let Some(c) = self.alive.get_mut(&(pool, it))
+        {
+            c.remove(&node);
         }
     }
 
