@@ -102,10 +102,10 @@ impl Shared {
         provider: Arc<dyn Provider>,
         url: &str,
     ) -> Result<Shared, StartError> {
-        if let Err(e) = data_dir.check_db_file() {
-            if !opts.reinit {
-                return Err(e.into());
-            }
+        if let Err(e) = data_dir.check_db_file()
+            && !opts.reinit
+        {
+            return Err(e.into());
         }
         let mut store = Store::open(&data_dir.db_path())?;
         if let Err(e) = data_dir.check_store(store.meta("cluster_id")?.as_deref(), store.last_seq()) {
@@ -459,10 +459,10 @@ fn user_tokens(
 fn one_token(store: &Store, who: &str, from_file: Option<&String>) -> Result<String, StartError> {
     let key = format!("token_hash:{who}");
     let stored = store.meta(&key)?;
-    if let (Some(h), Some(t)) = (&stored, from_file) {
-        if ct_eq(h, &token_hash(t)) {
-            return Ok(t.clone());
-        }
+    if let (Some(h), Some(t)) = (&stored, from_file)
+        && ct_eq(h, &token_hash(t))
+    {
+        return Ok(t.clone());
     }
     let legacy_key = if who == "admin" {
         "admin_token".to_string()

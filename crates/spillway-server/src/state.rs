@@ -180,10 +180,10 @@ impl State {
         let log = self.store.load_log()?;
         self.replaying = true;
         for (seq, at, entry) in &log {
-            if let Err(e) = self.apply_entry(*at, entry.clone()) {
-                if matches!(entry, Entry::Submit { .. }) {
-                    eprintln!("spillway: replay: log entry {seq}: {e}");
-                }
+            if let Err(e) = self.apply_entry(*at, entry.clone())
+                && matches!(entry, Entry::Submit { .. })
+            {
+                eprintln!("spillway: replay: log entry {seq}: {e}");
             }
         }
         self.replaying = false;

@@ -206,11 +206,11 @@ impl World {
             self.user_actions();
             self.inject_faults();
         }
-        if self.out.steps.is_multiple_of(2) {
-            if let Some(st) = self.daemon.as_mut() {
-                let _ = st.tick(self.now, 200, &mut self.rng);
-                self.take_effects();
-            }
+        if self.out.steps.is_multiple_of(2)
+            && let Some(st) = self.daemon.as_mut()
+        {
+            let _ = st.tick(self.now, 200, &mut self.rng);
+            self.take_effects();
         }
         self.run_effects();
         self.run_agents();
