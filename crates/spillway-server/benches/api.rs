@@ -64,10 +64,11 @@ fn load(url: &str, token: &str, clients: usize, n: usize, submit: bool) -> (f64,
     (all.len() as f64 / secs, q(0.50), q(0.99), failed)
 }
 
-/// Starts the daemon on `dir` in its own thread; returns (url, admin token, seconds to start, stop handle, thread).
-fn start(
-    dir: &std::path::Path,
-) -> Option<(String, String, f64, tokio::sync::oneshot::Sender<()>, std::thread::JoinHandle<anyhow::Result<()>>)> {
+/// A daemon started by the bench: (url, admin token, seconds to start, stop handle, thread).
+type Running = (String, String, f64, tokio::sync::oneshot::Sender<()>, std::thread::JoinHandle<anyhow::Result<()>>);
+
+/// Starts the daemon on `dir` in its own thread.
+fn start(dir: &std::path::Path) -> Option<Running> {
     let opts = ServeOptions {
         daemon: DaemonOptions {
             data_dir: dir.to_path_buf(),
