@@ -2,6 +2,10 @@
 //! the sans-I/O [`Engine`]. It reads no clock and no global RNG and does no I/O: time comes in as a value, and
 //! decisions come out as [`Action`]s for a shell (the simulator or the daemon) to carry out.
 
+// Nested `if let` blocks the newest clippy would fold into let-chains are kept while the engine is being reworked
+// (issue 10); the rest of the workspace uses let-chains.
+#![allow(clippy::collapsible_if)]
+
 pub mod autoscale;
 pub mod cluster;
 pub mod config;
