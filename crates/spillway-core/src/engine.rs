@@ -219,6 +219,12 @@ pub struct Engine {
         Vec<Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)>>,
     /// Per pool: demand history and forecaster for predictive scaling.
     pub(crate) history: Vec<crate::policies::DemandHistory>,
+    /// Per pool: whether a utilization sample came since step scaling last looked. Step-scaling bands are held
+    /// over samples, so they are observed once per batch of samples, not at every pass (a pass that an unrelated
+    /// wake-up causes would otherwise start or finish a hold).
+    pub(crate) fresh_samples: Vec<bool>,
+    /// Per pool: what step scaling proposed at its last batch of samples (it stands until the next).
+    pub(crate) step_proposals: Vec<Option<crate::autoscale::Proposal>>,
     dirty: bool,
     pub(crate) next_wake: Option<Time>,
 }
@@ -231,6 +237,7 @@ impl Engine {
         let schedules = crate::scale::Window::compile(&cfg);
         let steps = cfg.pools.iter().map(crate::policies::step_policy).collect();
         let history = vec![crate::policies::DemandHistory::default(); cfg.pools.len()];
+        let cfg_pools = cfg.pools.len();
         Engine {
             queue: Queue::new(cfg.tiers.len()),
             cfg,
@@ -242,6 +249,8 @@ impl Engine {
             schedules,
             steps,
             history,
+            fresh_samples: vec![false; cfg_pools],
+            step_proposals: vec![None; cfg_pools],
             dirty: true,
             next_wake: None,
         }
@@ -383,6 +392,7 @@ impl Engine {
                 // Bad samples (NaN, out of range) are dropped rather than steering the pool.
                 if gpu_utilization.is_finite() {
                     self.c.nodes[node.0 as usize].gpu_utilization = Some(gpu_utilization.clamp(0.0, 1.0));
+                    self.fresh_samples[self.c.nodes[node.0 as usize].pool] = true;
                 }
             }
             Event::SetNodeProtection { node, protected } => {
@@ -421,7 +431,12 @@ impl Engine {
         self.actions.pop_front()
     }
 
-    /// Returns when the engine next needs to wake (idle timeout, cooldown end, burst delay, cron window, backoff).
+    /// Returns when the engine next needs to wake: the first instant at which a decision may change with time
+    /// alone (idle timeout, cooldown or backoff end, burst delay, spot fallback, queue-wait SLO, deadline pin,
+    /// checkpoint written, cron window, forecast bucket, node warm-up, a job's return to spot), or the current
+    /// instant when the last pass left decisions that only a further pass takes (victims of a preemption back in
+    /// the queue, nodes launched or removed). Every time-dependent decision has its own wake-up, so waking the
+    /// engine at other instants changes no action (`tests/proptest_engine.rs`).
     pub fn poll_timeout(&self) -> Option<Time> {
         self.next_wake
     }
@@ -470,10 +485,20 @@ impl Engine {
         let mut blocked = self.schedule(&mut wake);
         // Jobs moved back to spot need spot capacity now, like any blocked job; jobs that want to move get spot
         // capacity bought first (shadow demand) and move once it is ready.
-        let (moved, shadow) = self.return_to_spot(&mut wake);
+        let (moved, shadow, watching) = self.return_to_spot(&mut wake);
         blocked.extend(moved);
+        let scale_actions = self.c.counters.scale_actions;
         let (claimed, starved) = self.scale_out(&blocked, &shadow, &mut wake);
-        self.scale_in(&claimed, &starved, !blocked.is_empty(), &mut wake);
+        self.scale_in(&claimed, &starved, &mut wake);
+        let tracking = self.cfg.pools.iter().any(|p| p.target_gpu_utilization.is_some());
+        if self.c.counters.scale_actions != scale_actions && (!self.queue.is_empty() || watching || tracking) {
+            // Nodes launched or removed: what scheduling, return-to-spot, scale-out and target tracking read
+            // earlier in this pass (pool sizes, the room to grow, cooldowns, offering shares, the nodes reporting)
+            // changed under them, so the pass that sees it comes at this instant rather than with whatever wakes
+            // the engine next.
+            wake.at(self.now);
+        }
+        self.observe_demand();
         self.next_wake = wake.0;
     }
 

@@ -45,6 +45,11 @@ impl Engine {
                 .collect();
             let mut proposals = Vec::new();
             if let Some(target) = pool.target_gpu_utilization {
+                // A node's sample counts once it is warm, and no scale-in while one warms up: look again then.
+                let warmup = secs(pool.utilization_warmup_s);
+                for s in samples.iter().filter(|s| s.launched_at + warmup > self.now) {
+                    wake.at(s.launched_at + warmup);
+                }
                 let policy = TargetTracking {
                     metric: "gpu_utilization".into(),
                     target,
@@ -58,12 +63,17 @@ impl Engine {
             }
             let (alive, last) = (st.alive, ScaleTimes { last_out: st.last_scale_out, last_in: st.last_scale_in });
             let mean = warm_average(&samples, self.now, pool.utilization_warmup_s).mean;
-            if let (Some((policy, state)), Some(mean)) = (self.steps[p].as_mut(), mean) {
-                let outcome = state.observe(policy, self.now, mean, last);
-                if outcome != StepOutcome::Quiet {
-                    proposals.push(policy.propose(alive, outcome));
-                }
+            // Step scaling looks at each batch of samples once, and what it proposed stands until the next.
+            if std::mem::take(&mut self.fresh_samples[p]) {
+                self.step_proposals[p] = match (self.steps[p].as_mut(), mean) {
+                    (Some((policy, state)), Some(mean)) => {
+                        let outcome = state.observe(policy, self.now, mean, last);
+                        (outcome != StepOutcome::Quiet).then(|| policy.propose(alive, outcome))
+                    }
+                    _ => None,
+                };
             }
+            proposals.extend(self.step_proposals[p].clone());
             let (max, name) = (pool.max_nodes, pool.name.clone());
             proposals.extend(self.predict(p, wake));
             let decision = crate::autoscale::combine(&proposals, alive);
@@ -81,15 +91,14 @@ impl Engine {
     }
 
     /// Records the pool's GPU demand (busy GPUs on ready nodes plus GPUs of nodes being bought) into its bucket
-    /// history, refits the forecaster daily once a day of history exists, and returns a proposal when the
-    /// forecast over the next boot latency plus buffer needs more nodes than the pool has (never a scale-in: a
-    /// forecast alone does not remove capacity). In forecast-only mode it records what it would do instead.
+    /// history, refits the forecaster daily once a day of history exists, and returns a proposal of the nodes the
+    /// forecast over the next boot latency plus buffer needs, as a floor for the pool (never a scale-in: a
+    /// forecast alone does not remove capacity, idle timeouts do). In forecast-only mode it records what it would
+    /// do instead when that is more than the pool has.
     fn predict(&mut self, p: usize, wake: &mut WakeAt) -> Option<Proposal> {
         let cfg = self.cfg.pools[p].predictive.clone()?;
         let (now, bucket) = (self.now, secs(cfg.bucket_s));
-        let st = &self.c.pools[p];
-        let busy: u32 = st.ready.iter().map(|n| self.c.nodes[n.0 as usize].used).sum::<u32>()
-            + st.requested.iter().map(|n| self.c.nodes[n.0 as usize].gpus).sum::<u32>();
+        let busy = self.pool_demand(p);
         let day = steps_per_day(cfg.bucket_s).ok()?;
         let h = &mut self.history[p];
         let start = *h.bucket_start.get_or_insert(now);
@@ -120,11 +129,11 @@ impl Engine {
         let node_gpus = node_gpus(self, pool).max(1);
         let want = ((peak / node_gpus as f64).ceil() as u32).min(pool.max_nodes);
         let alive = self.c.pools[p].alive;
-        if want <= alive {
-            return None;
-        }
         let detail = format!("forecast peak {peak:.1} GPUs within {lead_s:.0} s ({} x {node_gpus}-GPU nodes)", want);
         if cfg.mode == PredictiveMode::ForecastOnly {
+            if want <= alive {
+                return None;
+            }
             let name = pool.name.clone();
             self.record(
                 DecisionKind::NodeKept,
@@ -134,7 +143,33 @@ impl Engine {
             );
             return None;
         }
+        // The forecast size holds while the forecast does, also once the pool has it: were it dropped then, the
+        // nodes it bought would be left to their idle timeout and bought again at whatever pass came next.
         Some(Proposal { policy: "predictive".into(), desired_nodes: want, detail })
+    }
+}
+
+impl Engine {
+    /// Returns a pool's GPU demand for its forecast: busy GPUs on ready nodes plus GPUs of nodes being bought.
+    fn pool_demand(&self, p: usize) -> u32 {
+        let st = &self.c.pools[p];
+        st.ready.iter().map(|n| self.c.nodes[n.0 as usize].used).sum::<u32>()
+            + st.requested.iter().map(|n| self.c.nodes[n.0 as usize].gpus).sum::<u32>()
+    }
+
+    /// Records each predictive pool's demand as a decision pass left it into the bucket open now. The pass
+    /// starts and buys after the forecaster looked, and what it leaves lasts until the next pass: without this
+    /// the bucket would see it only if some pass came before the demand changed again, so an unrelated wake-up
+    /// would change the history and the forecast.
+    pub(crate) fn observe_demand(&mut self) {
+        for p in 0..self.cfg.pools.len() {
+            if self.cfg.pools[p].predictive.is_none() || self.history[p].bucket_start.is_none() {
+                continue;
+            }
+            let busy = self.pool_demand(p) as f64;
+            let h = &mut self.history[p];
+            h.bucket_max = h.bucket_max.max(busy);
+        }
     }
 }
 

@@ -61,6 +61,11 @@ impl Queue {
         self.len == 0
     }
 
+    /// Returns whether some tier has queued jobs of more than one team (only then does fair share order them).
+    pub fn teams_interleave(&self) -> bool {
+        self.tiers.iter().any(|t| t.len() > 1)
+    }
+
     /// Returns the number of queued jobs of `tier`.
     pub fn tier_len(&self, tier: usize) -> usize {
         self.tiers[tier].values().map(BTreeSet::len).sum()

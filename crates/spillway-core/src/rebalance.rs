@@ -9,7 +9,7 @@ use crate::engine::{Engine, WakeAt};
 use crate::event::{DecisionKind, StopReason, job_subject};
 use crate::model::{JobId, JobState};
 use crate::schedule::{Access, model_fits};
-use crate::time::{Millis, secs};
+use crate::time::{Millis, Time, secs};
 
 /// Most jobs moved or asking for spot in one pass.
 const MAX_MOVES_PER_PASS: usize = 8;
@@ -19,10 +19,18 @@ const AFTER_CHECKPOINT_MS: Millis = 300_000;
 const MIN_REMAINING_MS: Millis = 3_600_000;
 
 impl Engine {
-    /// Returns (jobs moved now, jobs that want spot capacity bought for them).
-    pub(crate) fn return_to_spot(&mut self, wake: &mut WakeAt) -> (Vec<JobId>, Vec<JobId>) {
+    /// Returns (jobs moved now, jobs that want spot capacity bought for them, whether a job may move: then a
+    /// launch or removal of nodes later in the pass, which changes what spot can take, calls for another pass).
+    /// Asks to be woken when a job's standing here may change with time alone (it has run a checkpoint interval,
+    /// it gets ahead of uniform progress, its next checkpoint opens the window in which it asks for spot, the
+    /// window closes, spot leaves its cooldown or backoff within the window), and only for jobs of a tier with a
+    /// spot pool that spot could take at all (a job no spot pool could take waits for an event, not a timer).
+    pub(crate) fn return_to_spot(&mut self, wake: &mut WakeAt) -> (Vec<JobId>, Vec<JobId>, bool) {
         let now = self.now;
         let (mut moves, mut shadow): (Vec<JobId>, Vec<JobId>) = (Vec::new(), Vec::new());
+        let mut watching = false;
+        // Per spot pool, what it could launch: built once per pass, when a job first needs it.
+        let mut launchable: Option<Vec<Vec<(usize, Time)>>> = None;
         for (p, pool) in self.cfg.pools.iter().enumerate() {
             if pool.market != Market::OnDemand {
                 continue;
@@ -39,34 +47,72 @@ impl Engine {
                         continue;
                     }
                     let (Some(start), Some(iv)) = (j.attempt_start, j.checkpoint_interval_ms) else { continue };
-                    if j.remaining_work_ms(now).is_some_and(|r| r < MIN_REMAINING_MS) {
+                    let remaining = j.remaining_work_ms(now);
+                    if remaining.is_some_and(|r| r < MIN_REMAINING_MS) {
+                        // Only falls further: it never moves again in this attempt.
                         continue;
                     }
-                    let move_cost = secs(2.0 * (pool.boot_latency_s + self.cfg.tiers[j.tier].checkpoint_time_s));
-                    if !Access::ahead_of_uniform(j, now, move_cost) {
-                        wake.at(now + iv - j.unsaved_work_ms(now).min(iv - 1));
+                    if !self.pool_order[j.tier].iter().any(|&q| self.cfg.pools[q].market == Market::Spot) {
+                        // Its tier has no spot pool: it never moves, and nothing here needs a wake-up for it.
                         continue;
                     }
-                    let since = j.unsaved_work_ms(now);
+                    watching = true;
+                    // Spot can take it now or after a cooldown or backoff (`None`: only an event changes that),
+                    // or a spot node that fits is ready.
+                    let launchable = launchable.get_or_insert_with(|| self.spot_launchable());
+                    let take_at = self.spot_take_at(id, launchable);
+                    let ready = self.spot_node_ready_for(id);
+                    if take_at.is_none() && !ready {
+                        continue;
+                    }
                     if now - start < iv {
                         // Runs here since less than a checkpoint interval (maybe since this very pass).
                         wake.at(start + iv);
                         continue;
                     }
-                    if self.spot_node_ready_for(id) {
+                    let move_cost = secs(2.0 * (pool.boot_latency_s + self.cfg.tiers[j.tier].checkpoint_time_s));
+                    if !Access::ahead_of_uniform(j, now, move_cost) {
+                        if let Some(t) = ahead_at(j, now, move_cost) {
+                            wake.at(t);
+                        }
+                        continue;
+                    }
+                    if ready {
                         moves.push(id);
                         continue;
                     }
-                    if since <= AFTER_CHECKPOINT_MS && self.spot_can_take(id) {
-                        shadow.push(id);
+                    let since = j.unsaved_work_ms(now);
+                    if since <= AFTER_CHECKPOINT_MS {
+                        // In the window after a checkpoint in which it asks for spot.
+                        let closes = now + AFTER_CHECKPOINT_MS - since + 1;
+                        let closes = remaining.map_or(closes, |r| closes.min(now + r - MIN_REMAINING_MS + 1));
+                        match take_at {
+                            Some(t) if t <= now => {
+                                shadow.push(id);
+                                wake.at(closes);
+                            }
+                            Some(t) if t < closes => wake.at(t),
+                            _ => {}
+                        }
                     }
-                    // Look again at its next checkpoint.
-                    wake.at(now + (iv - since).max(1));
+                    if j.last_checkpoint.is_none() {
+                        // Checkpoints are estimated from the interval: the next one opens the window again (a
+                        // reported one is an event).
+                        wake.at(now + iv - since);
+                    }
                 }
             }
         }
+        if moves.len() > MAX_MOVES_PER_PASS {
+            // The rest move in the next pass, at this instant.
+            wake.at(now);
+        }
         moves.truncate(MAX_MOVES_PER_PASS);
         shadow.truncate(MAX_MOVES_PER_PASS);
+        if !moves.is_empty() {
+            // Their on-demand GPUs are free after this pass's scheduling: the next pass may place jobs there.
+            wake.at(now);
+        }
         for &id in &moves {
             self.c.counters.fallbacks += 1;
             self.record(
@@ -82,7 +128,7 @@ impl Engine {
                 wake.at(t);
             }
         }
-        (moves, shadow)
+        (moves, shadow, watching)
     }
 
     /// Returns whether a ready spot node the job may use has room for every worker of it.
@@ -99,12 +145,68 @@ impl Engine {
         })
     }
 
-    /// Returns whether a spot pool the job may use could launch a node for it now.
-    fn spot_can_take(&self, id: JobId) -> bool {
-        let j = &self.c.jobs[id.0 as usize];
-        self.pool_order[j.tier]
-            .iter()
-            .filter(|&&p| self.cfg.pools[p].market == Market::Spot)
-            .any(|&p| self.pool_headroom(p) > 0 && self.can_launch_for(p, j))
+    /// Returns, per pool, the instance types a spot pool below its max could launch if nothing happens meanwhile,
+    /// each with the earliest instant from now it could (past the pool's scale-out cooldown and the type's
+    /// backoff; see [`Engine::pick_instance_type`]); empty for other pools. Schedule windows are evaluated once.
+    fn spot_launchable(&self) -> Vec<Vec<(usize, Time)>> {
+        let now = self.now;
+        (0..self.cfg.pools.len())
+            .map(|p| {
+                let (pool, st) = (&self.cfg.pools[p], &self.c.pools[p]);
+                if pool.market != Market::Spot || st.alive >= self.effective_max(p) {
+                    return Vec::new();
+                }
+                let cooldown = secs(pool.scale_out_cooldown_s);
+                let free_at = st.last_scale_out.map_or(now, |t| (t + cooldown).max(now));
+                let types = pool.instance_types.iter().filter_map(|n| self.cfg.instance_type_index(n));
+                types
+                    .filter(|&i| {
+                        self.cfg.instance_types[i].spot_usd_per_hour.is_some() && self.under_offering_cap(p, i)
+                    })
+                    .map(|i| (i, self.c.backoff.get(&(p, i)).map_or(free_at, |&(until, _)| until.max(free_at))))
+                    .collect()
+            })
+            .collect()
     }
+
+    /// Returns the earliest time from now at which a spot pool the job may use could launch a node for it if
+    /// nothing happens meanwhile (`now` when one can now), from [`Engine::spot_launchable`]; `None` when no
+    /// spot pool below its max has a type that holds a worker of it.
+    fn spot_take_at(&self, id: JobId, launchable: &[Vec<(usize, Time)>]) -> Option<Time> {
+        let j = &self.c.jobs[id.0 as usize];
+        let (g, model) = (j.spec.gpus_per_worker, j.spec.gpu_model.as_deref());
+        let fits = |&&(i, _): &&(usize, Time)| {
+            let it = &self.cfg.instance_types[i];
+            it.gpus >= g && model_fits(model, &it.gpu_model)
+        };
+        let pools = self.pool_order[j.tier].iter().flat_map(|&p| launchable[p].iter());
+        pools.filter(fits).map(|&(_, t)| t).min()
+    }
+}
+
+/// Returns the first instant after `now` at which a running job is ahead of uniform progress by `slack_ms` (see
+/// [`Access::ahead_of_uniform`]), or `None` when it never gets there while it runs (its duration does not fit
+/// before its deadline, or it ends first).
+fn ahead_at(j: &crate::model::Job, now: Time, slack_ms: Millis) -> Option<Time> {
+    let (Some(deadline), Some(total)) = (j.spec.deadline, j.spec.expected_duration_ms) else { return Some(now) };
+    if total >= (deadline - j.submitted).max(1) {
+        // Uniform progress moves at least as fast as the job: it never gains on it.
+        return None;
+    }
+    let ahead = |t: Time| Access::ahead_of_uniform(j, t, slack_ms);
+    // Running, the job gains on the line at a constant rate: grow a bound until it is ahead, then bisect.
+    let end = now.saturating_add(j.remaining_work_ms(now).unwrap_or(0).max(1));
+    let (mut lo, mut hi) = (now, now.saturating_add(1));
+    while !ahead(hi) {
+        if hi >= end {
+            return None;
+        }
+        lo = hi;
+        hi = now.saturating_add((hi - now).saturating_mul(2)).min(end);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ahead(mid) { hi = mid } else { lo = mid }
+    }
+    Some(hi)
 }

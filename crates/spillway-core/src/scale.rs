@@ -79,7 +79,9 @@ impl Window {
     fn state(&self, now: Time) -> (bool, Option<Time>) {
         use chrono::TimeZone;
         let at = |t: Time| self.tz.timestamp_millis_opt(t).single();
-        let Some(from) = at(now - self.duration_ms) else { return (false, None) };
+        // Whole seconds: the cron library carries the start's fraction of a second into the occurrence it finds,
+        // and cron times fall on whole minutes anyway.
+        let Some(from) = at((now - self.duration_ms).div_euclid(1000) * 1000) else { return (false, None) };
         match self.cron.find_next_occurrence(&from, false) {
             Ok(fire) if fire.timestamp_millis() <= now => (true, Some(fire.timestamp_millis() + self.duration_ms)),
             Ok(fire) => (false, Some(fire.timestamp_millis())),
@@ -205,11 +207,6 @@ impl Engine {
         best.map(|(_, i, n, _)| (i, n))
     }
 
-    /// Returns whether `pool` has an instance type that holds `job` and may be launched now.
-    pub(crate) fn can_launch_for(&self, pool: usize, job: &Job) -> bool {
-        self.pick_instance_type(pool, Some(job), job.spec.workers, u32::MAX, &mut WakeAt::default()).is_some()
-    }
-
     /// Returns the fraction of a spot node's time a job would expect to redo: the offering's interruption rate
     /// (observed, with a weak prior of one per 50 node-hours) times the work each interruption costs (half a
     /// checkpoint interval, or a whole hour without checkpoints, plus a boot), at most 0.9.
@@ -222,7 +219,7 @@ impl Engine {
     }
 
     /// Returns whether one more node of instance type `it` keeps it within the policy's share of the pool.
-    fn under_offering_cap(&self, pool: usize, it: usize) -> bool {
+    pub(crate) fn under_offering_cap(&self, pool: usize, it: usize) -> bool {
         let share = self.cfg.policy.max_offering_share;
         if share >= 1.0 {
             return true;
@@ -307,12 +304,9 @@ impl Engine {
                     wake.at(fallback_at);
                 }
             }
-            // Takes the job's workers out of the virtual free GPUs if all fit; the ready nodes it would use (even
-            // when only part of a gang fits) are claimed so scale-in does not remove them under it.
-            let fits_virtual = |v: &mut Vec<(u32, String, Option<NodeId>)>,
-                                claim: &dyn Fn(u32) -> bool,
-                                claimed: &mut BTreeSet<NodeId>|
-             -> u32 {
+            // Takes the job's workers out of the virtual free GPUs if all fit; returns the workers that do not fit
+            // and the entries it would use (even when only part of a gang fits), as (index, GPUs).
+            let fits_virtual = |v: &mut Vec<(u32, String, Option<NodeId>)>| -> (u32, Vec<(usize, u32)>) {
                 let mut left = w;
                 let mut used: Vec<(usize, u32)> = Vec::new();
                 for (i, (free, m, _)) in v.iter().enumerate() {
@@ -325,48 +319,70 @@ impl Engine {
                         left -= k;
                     }
                 }
-                // Only a gang assembles across ready nodes; a single worker that fits a ready node was held back
-                // for another reason (strict queue order, a reservation) and must not pin that node.
-                if w > 1 && claim(left) {
-                    claimed.extend(used.iter().filter_map(|&(i, _)| v[i].2));
+                if left == 0 {
+                    for &(i, take) in &used {
+                        v[i].0 -= take;
+                    }
                 }
-                if left > 0 {
-                    return left;
-                }
-                for (i, take) in used {
-                    v[i].0 -= take;
-                }
-                0
+                (left, used)
+            };
+            // The ready nodes among entries `used` of a pool's virtual free GPUs.
+            let ready = |v: &[(u32, String, Option<NodeId>)], used: &[(usize, u32)]| -> Vec<NodeId> {
+                used.iter().filter_map(|&(i, _)| v[i].2).collect()
             };
             let mut reason = PendingReason::NoCapacity;
             for &p in &cands {
                 // Workers that ready, booting and planned nodes cannot hold: what new nodes must. A gang claims the
-                // ready nodes it counts on only where the pool can still grow for the rest, and not in a pool an
-                // earlier job is starving in (there scale-in must be free to swap nodes).
+                // ready nodes it counts on (so scale-in does not remove them under it) only where the pool can
+                // still grow for the rest, and not in a pool an earlier job is starving in (there scale-in must be
+                // free to swap nodes). Only a gang assembles across ready nodes; a single worker that fits a ready
+                // node was held back for another reason (strict queue order, a reservation) and must not pin it.
+                // Claims and starving are judged on what the pool holds after this job's own launch, as the next
+                // pass would judge them.
                 let room = maxes[p].saturating_sub(self.c.pools[p].alive + planned[p]);
                 let free_pool = !starved.contains_key(&p);
-                let claim = |left: u32| free_pool && (left == 0 || room > 0);
-                let left = fits_virtual(&mut virt[p], &claim, &mut claimed);
+                let claims = |left: u32, room: u32| w > 1 && free_pool && (left == 0 || room > 0);
+                let best = self.best_workers_per_node(p, g, model);
+                let starving = |left: u32, room: u32| best == 0 || room < left.div_ceil(best);
+                let (left, used) = fits_virtual(&mut virt[p]);
                 if left == 0 {
+                    if claims(0, room) {
+                        claimed.extend(ready(&virt[p], &used));
+                    }
                     reason = PendingReason::WaitingForNodes;
                     break;
                 }
-                // A pool whose max cannot hold the rest of this job beside the nodes it has is starving: scale-in
-                // may swap its idle nodes that are too small.
-                let best = self.best_workers_per_node(p, g, model);
-                if best == 0 || room < left.div_ceil(best) {
-                    starved.entry(p).or_insert((g, best));
-                }
-                if headroom[p] == 0 || room == 0 {
-                    continue;
-                }
                 // Prefer a type whose nodes fit in the room left; else make progress with the best type.
-                let pick = self.pick_instance_type(p, Some(job), left, room, wake);
-                let Some((it, nodes)) = pick.or_else(|| self.pick_instance_type(p, Some(job), left, u32::MAX, wake))
-                else {
+                let pick = if room == 0 {
+                    None
+                } else if headroom[p] == 0 {
+                    // Below max, so in its scale-out cooldown (from this very pass if it launched here already):
+                    // the job may buy here once it ends.
+                    let cooldown = secs(self.cfg.pools[p].scale_out_cooldown_s);
+                    let last = if planned[p] > 0 { Some(now) } else { self.c.pools[p].last_scale_out };
+                    wake.at(last.map_or(now, |t| t + cooldown).max(now));
+                    None
+                } else {
+                    let pick = self.pick_instance_type(p, Some(job), left, room, wake);
+                    pick.or_else(|| self.pick_instance_type(p, Some(job), left, u32::MAX, wake))
+                };
+                let Some((it, nodes)) = pick else {
+                    if claims(left, room) {
+                        claimed.extend(ready(&virt[p], &used));
+                    }
+                    if starving(left, room) {
+                        // A pool whose max cannot hold the rest of this job beside the nodes it has is starving:
+                        // scale-in may swap its idle nodes that are too small.
+                        starved.entry(p).or_insert((g, best));
+                    }
                     continue;
                 };
                 let n = nodes.min(headroom[p]).min(room);
+                if n < nodes.min(room) {
+                    // The step limit cut this launch short: the rest may come when the cooldown this launch
+                    // starts ends.
+                    wake.at(now + secs(self.cfg.pools[p].scale_out_cooldown_s));
+                }
                 headroom[p] -= n;
                 planned[p] += n;
                 *plan.entry(p).or_default().entry(it).or_default() += n;
@@ -386,19 +402,15 @@ impl Engine {
                     }
                 }
                 virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.clone(), None)));
-                fits_virtual(&mut virt[p], &|_| true, &mut claimed);
+                let (left, used) = fits_virtual(&mut virt[p]);
+                if claims(left, room - n) {
+                    claimed.extend(ready(&virt[p], &used));
+                }
+                if left > 0 && starving(left, room - n) {
+                    starved.entry(p).or_insert((g, best));
+                }
                 reason = PendingReason::WaitingForNodes;
                 break;
-            }
-            if reason == PendingReason::NoCapacity {
-                for &p in &cands {
-                    if let Some(t) = self.c.pools[p].last_scale_out {
-                        let end = t + secs(self.cfg.pools[p].scale_out_cooldown_s);
-                        if end > now {
-                            wake.at(end);
-                        }
-                    }
-                }
             }
             if !job_checkpointing {
                 reasons.push((id, reason));
@@ -506,7 +518,6 @@ impl Engine {
         &mut self,
         claimed: &BTreeSet<NodeId>,
         starved: &BTreeMap<usize, (u32, u32)>,
-        demand_waiting: bool,
         wake: &mut WakeAt,
     ) {
         let now = self.now;
@@ -566,10 +577,6 @@ impl Engine {
             }
             self.c.counters.scale_actions += 1;
             self.c.pools[p].last_scale_in = Some(now);
-            if demand_waiting {
-                // The room just made may let a blocked job buy capacity: decide again right away.
-                wake.at(now + 1);
-            }
             let name = self.cfg.pools[p].name.clone();
             let count = remove.len();
             let idle_s = remove.iter().map(|(_, i)| i / 1000).min().unwrap_or(0);

@@ -241,8 +241,14 @@ impl Engine {
         let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
         let mut reserved: Vec<(usize, u32, NodeId)> = Vec::new();
         let (mut reservations, mut preempting, mut scanned) = (0usize, 0usize, 0usize);
-        let (mut strict_block, mut limit_hit) = (false, false);
+        let (mut strict_block, mut limit_hit, mut scan_cut) = (false, false, false);
         let mut pinned: Vec<JobId> = Vec::new();
+        // The highest priority (lowest value) of a job whose preemption was due but that found no victims: a job
+        // of a lower, preemptible tier started later in this pass is a victim the next pass would find.
+        let mut due_without_victims: Option<u32> = None;
+        // Where in the scan a blocked job first held capacity back from the jobs behind it (a reservation, strict
+        // order), and where the last job started.
+        let (mut first_hold, mut last_start): (Option<usize>, Option<usize>) = (None, None);
         {
             let Engine { queue, c, cfg, pool_order, .. } = self;
             let cfg: &Config = cfg;
@@ -250,6 +256,7 @@ impl Engine {
                 scanned += 1;
                 if scanned > cfg.policy.scan_limit || blocked.len() >= blocked_cap {
                     limit_hit = true;
+                    scan_cut = scanned > cfg.policy.scan_limit;
                     break;
                 }
                 let job = &c.jobs[id.0 as usize];
@@ -268,9 +275,18 @@ impl Engine {
                     if reservations < cfg.policy.max_reservations {
                         reservations += 1;
                         let need = Need::of(job, now);
-                        reserved.extend(reserve(c, cfg, &pool_order[need.tier], &need));
+                        let held = reserve(c, cfg, &pool_order[need.tier], &need);
+                        if !held.is_empty() {
+                            first_hold.get_or_insert(scanned);
+                        }
+                        reserved.extend(held);
                     }
                     continue;
+                }
+                let od_tier = cfg.tiers[job.tier].markets.contains(&Market::OnDemand);
+                if let Some(at) = job.spot_only_until.filter(|&t| t > now && job.interruptible && od_tier) {
+                    // Just moved back to spot: on-demand opens to it again then.
+                    wake.at(at);
                 }
                 if job.interruptible {
                     if let Some(at) = uniform_progress_at(job).filter(|&t| t > now) {
@@ -298,14 +314,20 @@ impl Engine {
                             c.bind(id, n, g);
                         }
                         started.push((id, placement));
+                        last_start = Some(scanned);
                         continue;
                     }
                 }
                 if cfg.policy.preemption && preempting < MAX_PREEMPTING_JOBS {
                     if let Some(at) = preemption_due(cfg, c, order, &c.jobs[id.0 as usize], now) {
+                        let victims = if at > now { None } else { find_victims(c, cfg, order, &need, now) };
                         if at > now {
                             wake.at(at);
-                        } else if let Some((nodes, victims)) = find_victims(c, cfg, order, &need, now) {
+                        } else if victims.is_none() {
+                            let prio = cfg.tiers[need.tier].priority;
+                            due_without_victims = Some(due_without_victims.map_or(prio, |p| p.min(prio)));
+                        }
+                        if let Some((nodes, victims)) = victims {
                             preempting += 1;
                             for &v in &victims {
                                 // Free the victim's GPUs now so this job binds them in the same pass; the
@@ -319,6 +341,7 @@ impl Engine {
                                 c.bind(id, n, g);
                             }
                             started.push((id, placement));
+                            last_start = Some(scanned);
                             continue;
                         }
                     }
@@ -335,9 +358,14 @@ impl Engine {
                 }
                 if !cfg.policy.backfill {
                     strict_block = true;
+                    first_hold.get_or_insert(scanned);
                 } else if (need.w > 1 || need.g > 1) && reservations < cfg.policy.max_reservations {
                     reservations += 1;
-                    reserved.extend(reserve(c, cfg, order, &need));
+                    let held = reserve(c, cfg, order, &need);
+                    if !held.is_empty() {
+                        first_hold.get_or_insert(scanned);
+                    }
+                    reserved.extend(held);
                 }
             }
             for (pool, _, n) in reserved {
@@ -346,6 +374,35 @@ impl Engine {
                 if node.state == NodeState::Ready && node.free() > 0 {
                     c.free[pool].insert((node.free(), n));
                 }
+            }
+        }
+        // Decisions this pass could not take that the next pass would (a pass depends only on the state and the
+        // time, so without a wake-up of their own they would wait for whatever woke the engine next):
+        // victims go back to the queue after the pass; a pass that stopped at the scan limit reaches further once
+        // jobs it scanned started; a job due to preempt finds the lower-tier jobs this pass started; and the jobs
+        // this pass started change their teams' GPUs in use, so where teams interleave (fair share) or a team
+        // with a quota started one, the next pass may take the jobs before the last of them in another order or
+        // skip one for its quota, and capacity held back for one blocked job there goes to another, or another
+        // job comes before the blocked cap (after the last start, the pass saw what the next one would).
+        let progressed = !started.is_empty() || !preempted.is_empty();
+        let quota_started =
+            started.iter().any(|(id, _)| self.c.teams[self.c.jobs[id.0 as usize].team].quota_gpus.is_some());
+        let reorder = progressed && (self.queue.teams_interleave() || quota_started);
+        let held_back = reorder && first_hold.is_some_and(|h| last_start.is_some_and(|s| h < s));
+        let victim_started = due_without_victims.is_some_and(|prio| {
+            started.iter().map(|(id, _)| &self.c.jobs[id.0 as usize]).any(|j| {
+                let t = &self.cfg.tiers[j.tier];
+                t.priority > prio && t.preemptible && j.interruptible
+            })
+        });
+        let cut_short = (scan_cut && progressed) || (limit_hit && reorder);
+        if !preempted.is_empty() || cut_short || victim_started || held_back {
+            wake.at(now);
+        }
+        if limit_hit && !can_grow {
+            // The blocked cap is the small one while no pool can grow: it grows when a cooldown ends.
+            if let Some(at) = self.next_growth_at() {
+                wake.at(at);
             }
         }
         if limit_hit {
@@ -415,6 +472,15 @@ impl Engine {
     /// Returns whether any cloud pool could launch a node now (below max, past its cooldown).
     fn any_pool_can_grow(&self) -> bool {
         (0..self.cfg.pools.len()).any(|p| self.pool_headroom(p) > 0)
+    }
+
+    /// Returns when the first cloud pool below its max leaves its scale-out cooldown, if one is in it.
+    fn next_growth_at(&self) -> Option<Time> {
+        (0..self.cfg.pools.len())
+            .filter(|&p| self.cfg.pools[p].market != Market::Fixed && self.c.pools[p].alive < self.effective_max(p))
+            .filter_map(|p| self.c.pools[p].last_scale_out.map(|t| t + secs(self.cfg.pools[p].scale_out_cooldown_s)))
+            .filter(|&t| t > self.now)
+            .min()
     }
 }
 

@@ -11,8 +11,20 @@
 //!
 //! Every job's gang fits some pool it may use ([`feasible`]).
 //!
+//! The wake-up property: every time-dependent decision has its own wake-up, so replaying a case again with extra
+//! `handle_timeout` calls (at instants where the engine acted, just after, anywhere) gives the same actions at the
+//! same instants. It compares the actions that are not decision records, each with the instant it was polled:
+//! those are what a shell carries out, and everything a report measures follows from them and their instants
+//! (comparing them without their instants would miss a decision taken later in a quiet stream). Records are left
+//! out: some note a pass (the scan limit), and their text carries the time of the pass that wrote them
+//! (`queued 42 s`), so an extra pass may add or move one without any decision changing. It runs on the cases
+//! above and on richer ones ([`Rich`]: deadlines, spot interruptions, reported checkpoints, a cron window,
+//! target tracking and step scaling with utilization samples, tier and policy variations), each followed past its
+//! last job (scale-in, windows). A case the liveness rules would fail is compared as far as it gets.
+//!
 //! `PROPTEST_CASES` sets the number of cases (default 64); `SPILLWAY_PT_TRACE=1` (with `--nocapture`) prints
-//! every submission, event, wake-up and action.
+//! every submission, event, wake-up and action; `SPILLWAY_PT_DUMP=DIR` writes the whole traces of a wake-up
+//! property failure (as asked, with extra wake-ups) into DIR.
 
 use proptest::prelude::*;
 use spillway_core::time::Time;
@@ -30,6 +42,12 @@ const QUOTA_C: u32 = 16;
 const LIVENESS_MS: Time = 20 * 86_400_000;
 /// Steps after which a case counts as stuck.
 const MAX_STEPS: usize = 100_000;
+/// How long the wake-up property follows a case after its last job succeeded (scale-in, windows).
+const TAIL_MS: Time = 4 * 3_600_000;
+/// How far after the last submission, and for how many steps, the wake-up property follows a case (it is about
+/// decisions, not liveness: a case that never finishes is compared up to there).
+const WAKE_HORIZON_MS: Time = 3 * 86_400_000;
+const WAKE_MAX_STEPS: usize = 30_000;
 
 #[derive(Debug, Clone)]
 struct CloudParams {
@@ -77,6 +95,44 @@ struct Case {
     boot_s: Vec<u32>,
     /// Percent of launches that fail.
     fail_pct: u32,
+    /// More of what the engine decides on time (for the wake-up property): deadlines, spot interruptions,
+    /// reported checkpoints, a schedule window, metric-driven pools, tier and policy variations.
+    rich: Option<Rich>,
+}
+
+/// A schedule window of a rich case: (pool, every k minutes, duration s, min, max, desired nodes).
+type Window = (u8, u32, u32, Option<u32>, Option<u32>, Option<u32>);
+
+#[derive(Debug, Clone)]
+struct Rich {
+    /// Percent of jobs with a deadline and a declared duration; the deadline is the submission plus the duration
+    /// times `deadline_x100` / 100.
+    deadline_pct: u32,
+    deadline_x100: u32,
+    /// Interruption notices: (second from the start, pick): the pick-th live spot node (modulo their number) gets
+    /// a notice and is reclaimed `notice_s` later.
+    notices: Vec<(u32, u32)>,
+    notice_s: u32,
+    /// Jobs report a checkpoint every interval (`CheckpointDone`); otherwise the engine estimates them.
+    report_checkpoints: bool,
+    /// A cron window on the on-demand (0) or spot (1) pool: every `every_min` minutes for `duration_s`, setting
+    /// (min, max, desired) nodes (clamped to the pool's max when written).
+    window: Option<Window>,
+    /// Target tracking on the on-demand pool: (target percent, warm-up seconds); nodes report utilization every
+    /// minute.
+    target: Option<(u32, u32)>,
+    /// Step scaling on the spot pool: (above percent, hold s, +nodes) and (below percent, hold s, -nodes).
+    steps: Option<(u32, u32, i32, u32, u32, i32)>,
+    /// p1 overrides: checkpoint_time_s (0: moves and notices give no grace), spot_fallback_after_s,
+    /// max_spot_interruptions, checkpoint_interval_s.
+    p1_checkpoint_time_s: u32,
+    p1_fallback_s: u32,
+    p1_max_interruptions: Option<u32>,
+    p1_interval_s: u32,
+    greedy_deadlines: bool,
+    /// Policy spot_share (percent) and a max_offering_share of 0.5.
+    spot_share: Option<u32>,
+    offering_share: bool,
 }
 
 fn cloud_params() -> impl Strategy<Value = CloudParams> {
@@ -137,11 +193,60 @@ fn draft() -> impl Strategy<Value = Draft> {
 
 fn case() -> impl Strategy<Value = Case> {
     (params(), prop::collection::vec(draft(), 5..=60), prop::collection::vec(10u32..=600, 1..=32), 0u32..=20)
-        .prop_map(|(params, jobs, boot_s, fail_pct)| Case { params, jobs, boot_s, fail_pct })
+        .prop_map(|(params, jobs, boot_s, fail_pct)| Case { params, jobs, boot_s, fail_pct, rich: None })
 }
 
-/// Writes the case's config as TOML: pool 0 fixed, then on-demand and spot pools when present.
-fn config_toml(p: &Params) -> String {
+fn rich() -> impl Strategy<Value = Rich> {
+    let window = (
+        0u8..2,
+        prop::sample::select(vec![10u32, 15, 20, 30, 60]),
+        60u32..=1800,
+        prop::option::of(0u32..=3),
+        prop::option::of(0u32..=3),
+        prop::option::of(0u32..=3),
+    );
+    (
+        (0u32..=100, 110u32..=400, prop::collection::vec((0u32..=9000, any::<u32>()), 0..=12), 0u32..=180),
+        (any::<bool>(), prop::option::weighted(0.5, window)),
+        (
+            prop::option::weighted(0.4, (30u32..=90, 0u32..=600)),
+            prop::option::weighted(0.4, (50u32..=95, 0u32..=600, 1i32..=2, 5u32..=40, 0u32..=600, -2i32..=-1)),
+        ),
+        (0u32..=90, 0u32..=900, prop::option::of(1u32..=3), 300u32..=3600),
+        (any::<bool>(), prop::option::weighted(0.3, 20u32..=90), prop::bool::weighted(0.3)),
+    )
+        .prop_map(
+            |((deadline_pct, deadline_x100, notices, notice_s), (report, window), (target, steps), p1, pol)| {
+                let (p1_checkpoint_time_s, p1_fallback_s, p1_max_interruptions, p1_interval_s) = p1;
+                let (greedy_deadlines, spot_share, offering_share) = pol;
+                Rich {
+                    deadline_pct,
+                    deadline_x100,
+                    notices,
+                    notice_s,
+                    report_checkpoints: report,
+                    window: window.filter(|w| w.3.is_some() || w.4.is_some() || w.5.is_some()),
+                    target,
+                    steps,
+                    p1_checkpoint_time_s,
+                    p1_fallback_s,
+                    p1_max_interruptions,
+                    p1_interval_s,
+                    greedy_deadlines,
+                    spot_share,
+                    offering_share,
+                }
+            },
+        )
+}
+
+fn rich_case() -> impl Strategy<Value = Case> {
+    (case(), rich()).prop_map(|(case, rich)| Case { rich: Some(rich), ..case })
+}
+
+/// Writes the case's config as TOML: pool 0 fixed, then on-demand and spot pools when present, and what a rich
+/// case adds.
+fn config_toml(p: &Params, rich: Option<&Rich>) -> String {
     let mut s = String::from("[cluster]\nname = \"prop\"\n");
     for (i, (name, gpus)) in CATALOGUE.iter().enumerate() {
         let (od, sp) = p.prices[i];
@@ -176,8 +281,62 @@ fn config_toml(p: &Params) -> String {
             c.min_step_nodes,
             c.scale_in_protection
         );
+        match (rich, market) {
+            (Some(Rich { target: Some((pct, warmup)), .. }), "on_demand") => {
+                s += &format!("target_gpu_utilization = {:?}\nutilization_warmup_s = {warmup}\n", *pct as f64 / 100.0);
+            }
+            (Some(Rich { steps: Some((hi, hold_hi, add, lo, hold_lo, sub)), .. }), "spot") => {
+                s += &format!(
+                    "step_scaling = [{{ above = {:?}, hold_s = {hold_hi}, adjust_nodes = {add} }}, \
+                     {{ below = {:?}, hold_s = {hold_lo}, adjust_nodes = {sub} }}]\n",
+                    *hi as f64 / 100.0,
+                    *lo as f64 / 100.0
+                );
+            }
+            _ => {}
+        }
+    }
+    if let Some(r) = rich {
+        if let Some((pool, every, duration, min, max, desired)) = r.window {
+            let c = if pool == 0 { &p.on_demand } else { &p.spot };
+            if let Some(c) = c {
+                let name = if pool == 0 { "od" } else { "spot" };
+                let max = max.map(|m| m.min(c.max_nodes));
+                let cap = max.unwrap_or(c.max_nodes);
+                s += &format!(
+                    "\n[[schedules]]\npool = \"{name}\"\ncron = \"*/{every} * * * *\"\nduration_s = {duration}\n"
+                );
+                for (key, v) in [
+                    ("min_nodes", min.map(|v| v.min(cap))),
+                    ("max_nodes", max),
+                    ("desired_nodes", desired.map(|v| v.min(cap))),
+                ] {
+                    if let Some(v) = v {
+                        s += &format!("{key} = {v}\n");
+                    }
+                }
+            }
+        }
+        s += &format!(
+            "\n[tiers.p1]\ncheckpoint_time_s = {}\nspot_fallback_after_s = {}\ncheckpoint_interval_s = {}\n",
+            r.p1_checkpoint_time_s, r.p1_fallback_s, r.p1_interval_s
+        );
+        if let Some(m) = r.p1_max_interruptions {
+            s += &format!("max_spot_interruptions = {m}\n");
+        }
     }
     s += &format!("\n[policy]\npreemption = {}\nbackfill = {}\n", p.preemption, p.backfill);
+    if let Some(r) = rich {
+        if r.greedy_deadlines {
+            s += "deadline_policy = \"greedy\"\n";
+        }
+        if let Some(share) = r.spot_share {
+            s += &format!("spot_share = {:?}\n", share as f64 / 100.0);
+        }
+        if r.offering_share {
+            s += "max_offering_share = 0.5\n";
+        }
+    }
     s
 }
 
@@ -236,6 +395,14 @@ fn workload(cfg: &Config, case: &Case) -> Vec<(Time, Time, JobSpec)> {
         if case.params.quota_c && team == "c" && g * w > QUOTA_C {
             team = "a";
         }
+        let i = out.len() as u64;
+        let (deadline, expected_duration_ms) = match &case.rich {
+            Some(r) if (i.wrapping_mul(2_654_435_761) % 100) < r.deadline_pct as u64 => {
+                let run = d.duration_s as Time * 1000;
+                (Some(d.submit_s as Time * 1000 + run * r.deadline_x100 as Time / 100), Some(run))
+            }
+            _ => (None, None),
+        };
         let spec = JobSpec {
             name: format!("j{}", out.len()),
             tier: TIERS[d.tier].into(),
@@ -245,8 +412,8 @@ fn workload(cfg: &Config, case: &Case) -> Vec<(Time, Time, JobSpec)> {
             gpu_model: None,
             interruptible: None,
             checkpoint_interval_ms: None,
-            deadline: None,
-            expected_duration_ms: None,
+            deadline,
+            expected_duration_ms,
         };
         out.push((d.submit_s as Time * 1000, d.duration_s as Time * 1000, spec));
     }
@@ -260,6 +427,14 @@ enum Ev {
     Ready(NodeId),
     Fail(NodeId, bool),
     Exit(JobId, u32),
+    /// An interruption notice for a live spot node (the `pick`-th, modulo their number).
+    Notice(u32),
+    /// The cloud takes a node it gave notice for.
+    Reclaim(NodeId),
+    /// Nodes of metric-driven pools report utilization (every minute while jobs remain).
+    Metrics,
+    /// A running attempt reports a checkpoint.
+    Checkpoint(JobId, u32),
 }
 
 /// The test's little world around one engine: a clock, pending events, and what it knows about attempts.
@@ -278,6 +453,15 @@ struct World<'a> {
     remaining: Vec<Time>,
     attempt_start: Vec<Time>,
     trace: bool,
+    /// With `keep_notes`: what `trace` would print, kept (failures show the part before a divergence).
+    keep_notes: bool,
+    notes: Vec<(Time, String)>,
+    /// Every action but the decision records, with the instant it was polled.
+    log: Vec<Acted>,
+    /// Nodes that got an interruption notice.
+    noticed: BTreeSet<NodeId>,
+    /// Whether every job has succeeded (metrics stop then).
+    all_done: bool,
 }
 
 impl World<'_> {
@@ -303,10 +487,11 @@ impl World<'_> {
     /// Carries out every action the engine asks for now, checking the rules on each.
     fn carry_out(&mut self) -> Result<(), String> {
         while let Some(a) = self.e.poll_action() {
-            if self.trace {
-                eprintln!("{:>10} action {a:?}", self.now);
-            }
+            self.note(|| format!("action {a:?}"));
             let step = format!("{a:?}");
+            if !matches!(a, Action::Record(_)) {
+                self.log.push((self.now, a.clone()));
+            }
             match a {
                 Action::Launch { node, .. } => self.launched(node),
                 Action::StartJob { job, attempt, placement } => self.started(job, attempt, &placement)?,
@@ -355,6 +540,10 @@ impl World<'_> {
         self.pending_exit.insert(job, attempt);
         self.attempt_start[job.0 as usize] = now;
         self.push(now + self.remaining[job.0 as usize], Ev::Exit(job, attempt));
+        let interval = self.e.job(job).and_then(|j| j.checkpoint_interval_ms);
+        if let (Some(true), Some(iv)) = (self.case.rich.as_ref().map(|r| r.report_checkpoints), interval) {
+            self.push(now + iv, Ev::Checkpoint(job, attempt));
+        }
         Ok(())
     }
 
@@ -390,6 +579,26 @@ impl World<'_> {
         Ok(())
     }
 
+    /// Prints a line of the run's trace (with `SPILLWAY_PT_TRACE`) or keeps it (with `keep_notes`).
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if self.trace || self.keep_notes {
+            let line = line();
+            if self.trace {
+                eprintln!("{:>10} {line}", self.now);
+            }
+            if self.keep_notes {
+                self.notes.push((self.now, line));
+            }
+        }
+    }
+
+    /// Wakes the engine at `at` though it did not ask to be (the next [`World::carry_out`] polls what it decides).
+    fn extra_wake(&mut self, at: Time) {
+        self.now = self.now.max(at);
+        self.note(|| "extra timeout".into());
+        self.e.handle_timeout(self.now);
+    }
+
     /// Hands the engine every event due now; exits of attempts that were stopped are dropped.
     fn deliver_due(&mut self) -> Result<(), String> {
         while let Some((&(at, s), &ev)) = self.heap.iter().next() {
@@ -408,10 +617,60 @@ impl World<'_> {
                     self.pending_exit.remove(&job);
                     Event::JobExited { job, attempt, success: true }
                 }
+                Ev::Checkpoint(job, attempt) => {
+                    if self.pending_exit.get(&job) != Some(&attempt) {
+                        continue;
+                    }
+                    if let Some(iv) = self.e.job(job).and_then(|j| j.checkpoint_interval_ms) {
+                        self.push(self.now + iv, Ev::Checkpoint(job, attempt));
+                    }
+                    Event::CheckpointDone { job, attempt }
+                }
+                Ev::Notice(pick) => {
+                    let c = self.e.cluster();
+                    let live: Vec<NodeId> = c
+                        .nodes
+                        .iter()
+                        .filter(|n| n.market == Market::Spot && n.alive() && !self.noticed.contains(&n.id))
+                        .map(|n| n.id)
+                        .collect();
+                    let Some(&node) = live.get(pick as usize % live.len().max(1)) else { continue };
+                    let notice = self.case.rich.as_ref().map_or(120, |r| r.notice_s) as Time * 1000;
+                    self.noticed.insert(node);
+                    self.push(self.now + notice, Ev::Reclaim(node));
+                    Event::InterruptionNotice { node, deadline: self.now + notice }
+                }
+                Ev::Reclaim(node) => {
+                    if !self.e.cluster().nodes[node.0 as usize].alive() {
+                        continue;
+                    }
+                    Event::NodeLost { node }
+                }
+                Ev::Metrics => {
+                    if !self.all_done {
+                        self.push(self.now + 60_000, Ev::Metrics);
+                    }
+                    let samples: Vec<(NodeId, f64)> = {
+                        let c = self.e.cluster();
+                        let metric = |p: usize| {
+                            let pool = &self.cfg.pools[p];
+                            pool.target_gpu_utilization.is_some() || !pool.step_scaling.is_empty()
+                        };
+                        c.nodes
+                            .iter()
+                            .filter(|n| n.state == spillway_core::NodeState::Ready && metric(n.pool))
+                            .map(|n| (n.id, n.used as f64 / n.gpus.max(1) as f64))
+                            .collect()
+                    };
+                    for (node, gpu_utilization) in samples {
+                        let event = Event::MetricSample { node, gpu_utilization };
+                        self.note(|| format!("event {event:?}"));
+                        self.e.handle_event(self.now, event).map_err(|err| format!("t={}: {err}", self.now))?;
+                    }
+                    continue;
+                }
             };
-            if self.trace {
-                eprintln!("{:>10} event {event:?}", self.now);
-            }
+            self.note(|| format!("event {event:?}"));
             self.e.handle_event(self.now, event).map_err(|err| format!("t={}: event refused: {err}", self.now))?;
             self.check(&format!("{ev:?}"))?;
         }
@@ -421,7 +680,29 @@ impl World<'_> {
 
 /// Replays one case; returns an error naming the first broken rule.
 fn drive(case: &Case) -> Result<(), String> {
-    let toml = config_toml(&case.params);
+    drive_with(case, &[], false, false).map(|_| ())
+}
+
+/// An action other than a decision record, with the instant it was polled.
+type Acted = (Time, Action);
+
+/// What [`drive_with`] returns: the actions (no records) with their instants, and the trace when asked for.
+struct Run {
+    log: Vec<Acted>,
+    notes: Vec<(Time, String)>,
+    /// With `tail`, when the run stopped at the step limit: the instant it had reached (the engine's own
+    /// follow-up passes count as steps, so runs with and without extra wake-ups are compared only before it).
+    cut: Option<Time>,
+}
+
+/// Replays one case, also waking the engine at each of `extra` (ms; sorted) though it did not ask: an extra
+/// wake-up at an instant with events of its own comes after them and after the engine's own wake-up there.
+/// Returns every action but the decision records, with the instant it was polled, or an error naming the first
+/// broken rule. With `tail` it goes on after the last job succeeded until nothing is pending and the engine asks
+/// for no wake-up (the scale-in after the work), within the same bounds. With `keep_notes` the trace of the run
+/// (what `SPILLWAY_PT_TRACE` prints) comes back too.
+fn drive_with(case: &Case, extra: &[Time], tail: bool, keep_notes: bool) -> Result<Run, String> {
+    let toml = config_toml(&case.params, case.rich.as_ref());
     let cfg = Config::parse("prop.toml", &toml).map_err(|e| format!("generated config refused: {e}\n{toml}"))?;
     let jobs = workload(&cfg, case);
     let e = Engine::new(cfg.clone(), 0);
@@ -438,34 +719,68 @@ fn drive(case: &Case) -> Result<(), String> {
         remaining: Vec::new(),
         attempt_start: Vec::new(),
         trace,
+        keep_notes,
+        notes: Vec::new(),
+        log: Vec::new(),
+        noticed: BTreeSet::new(),
+        all_done: false,
     };
+    if let Some(r) = &case.rich {
+        for &(at_s, pick) in &r.notices {
+            w.push(at_s as Time * 1000, Ev::Notice(pick));
+        }
+        if r.target.is_some() || r.steps.is_some() {
+            w.push(60_000, Ev::Metrics);
+        }
+    }
+    // With `tail`: the run ends this long after the last job succeeded (the engine may keep waking for schedule
+    // windows for ever), or earlier when nothing is left to happen.
+    let mut tail_until: Option<Time> = None;
+    let mut next_extra = 0usize;
     let last_submit = jobs.last().map_or(0, |j| j.0);
     let (mut next, mut steps) = (0usize, 0usize);
     loop {
         w.carry_out()?;
-        if next == jobs.len() && w.e.cluster().jobs.iter().all(|j| j.state == JobState::Succeeded) {
-            return Ok(());
+        if !w.all_done && next == jobs.len() && w.e.cluster().jobs.iter().all(|j| j.state == JobState::Succeeded) {
+            w.all_done = true;
+            if !tail {
+                return Ok(Run { log: w.log, notes: w.notes, cut: None });
+            }
+            tail_until = Some(w.now + TAIL_MS);
         }
-        steps += 1;
         let t_job = jobs.get(next).map(|j| j.0);
         let t_heap = w.heap.keys().next().map(|k| k.0);
         let t_wake = w.e.poll_timeout();
-        let Some(t) = [t_job, t_heap, t_wake.map(|x| x.max(w.now))].into_iter().flatten().min() else {
+        let next_t = [t_job, t_heap, t_wake.map(|x| x.max(w.now))].into_iter().flatten().min();
+        if tail && next_t.is_none_or(|t| tail_until.is_some_and(|end| t > end)) {
+            // The wake-up property looks at the decisions, not at liveness: a run that stops early stops at the
+            // same point with extra wake-ups (if the decisions are the same).
+            return Ok(Run { log: w.log, notes: w.notes, cut: None });
+        }
+        let Some(t) = next_t else {
             // Jobs remain, yet nothing is pending and the engine asks for no wake-up: it would wait forever.
             return Err(stuck(&w.e, w.now, "nothing left to happen"));
         };
-        if t > last_submit + LIVENESS_MS || steps > MAX_STEPS {
+        if let Some(&x) = extra.get(next_extra).filter(|&&x| x < t) {
+            // An extra wake-up alone before the next real instant (not a step); then look again.
+            next_extra += 1;
+            w.extra_wake(x);
+            continue;
+        }
+        steps += 1;
+        let (horizon, max_steps) = if tail { (WAKE_HORIZON_MS, WAKE_MAX_STEPS) } else { (LIVENESS_MS, MAX_STEPS) };
+        if t > last_submit + horizon || steps > max_steps {
+            if tail {
+                return Ok(Run { log: w.log, notes: w.notes, cut: Some(w.now) });
+            }
             return Err(stuck(&w.e, w.now, "the liveness phase ran out of time"));
         }
         w.now = t;
         while jobs.get(next).is_some_and(|j| j.0 == t) {
             let (_, d, spec) = &jobs[next];
-            if w.trace {
-                eprintln!(
-                    "{t:>10} submit {} {} {}x{} for {d} ms",
-                    spec.name, spec.tier, spec.gpus_per_worker, spec.workers
-                );
-            }
+            w.note(|| {
+                format!("submit {} {} {}x{} for {d} ms", spec.name, spec.tier, spec.gpus_per_worker, spec.workers)
+            });
             let id = w.e.submit(t, spec.clone()).map_err(|err| format!("t={t}: submit refused: {err}"))?;
             assert_eq!(id.0 as usize, w.remaining.len(), "job ids count submissions");
             w.remaining.push(*d);
@@ -475,10 +790,17 @@ fn drive(case: &Case) -> Result<(), String> {
         }
         w.deliver_due()?;
         if t_wake.is_some_and(|x| x <= t) {
-            if w.trace {
-                eprintln!("{t:>10} timeout");
-            }
+            w.note(|| "timeout".into());
             w.e.handle_timeout(t);
+        }
+        if extra.get(next_extra).is_some_and(|&x| x <= t) {
+            // Extra wake-ups at this very instant come after its own events, wake-up and actions.
+            w.carry_out()?;
+            while extra.get(next_extra).is_some_and(|&x| x <= t) {
+                next_extra += 1;
+                w.extra_wake(t);
+                w.carry_out()?;
+            }
         }
     }
 }
@@ -506,6 +828,79 @@ fn stuck(e: &Engine, now: Time, why: &str) -> String {
     format!("t={now}: {why}; not succeeded: {left:?}; live nodes: {nodes:?}")
 }
 
+/// Returns the extra wake-ups `specs` ask for in a run whose actions came at the instants of `acted`: (kind,
+/// pick, shift, anywhere) is the instant of action `pick` itself (kind 0, after the engine's own pass there),
+/// that instant plus 2^`shift` ms and up to a second more (kind 1), or `anywhere` scaled over the run and an
+/// hour after it (kind 2). Sorted.
+fn extra_wakes(specs: &[(u8, u32, u32, u32)], acted: &[Acted]) -> Vec<Time> {
+    let end = acted.last().map_or(0, |a| a.0) + 3_600_000;
+    let mut out: Vec<Time> = specs
+        .iter()
+        .map(|&(kind, pick, shift, anywhere)| {
+            let at = if acted.is_empty() { 0 } else { acted[pick as usize % acted.len()].0 };
+            match kind {
+                0 => at,
+                1 => at + (1 << shift) + (anywhere % 1000) as Time,
+                _ => (end as i128 * anywhere as i128 / u32::MAX as i128) as Time,
+            }
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Describes the first difference between two action logs, with the extra wake-ups up to it, or `None`.
+fn first_difference(a: &[Acted], b: &[Acted], extra: &[Time]) -> Option<String> {
+    let i = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
+    let show = |v: &[Acted]| -> String {
+        v[i.saturating_sub(3)..(i + 3).min(v.len())].iter().map(|(t, a)| format!("\n    {t:>10} {a:?}")).collect()
+    };
+    let at = a.get(i).map_or(Time::MAX, |x| x.0).min(b.get(i).map_or(Time::MAX, |x| x.0));
+    let since = i.checked_sub(1).map_or(0, |j| a[j].0);
+    let near: Vec<&Time> = extra.iter().filter(|&&x| x >= since && x <= at).collect();
+    Some(format!(
+        "action {i} differs (extra wake-ups since the action before it: {near:?})\n  as asked:{}\n  with extra wake-ups:{}",
+        show(a),
+        show(b)
+    ))
+}
+
+/// Checks the wake-up property on one case: the actions and their instants are the same with the extra
+/// wake-ups `specs` asks for (see [`extra_wakes`]).
+fn check_wakes(case: &Case, specs: &[(u8, u32, u32, u32)]) -> Result<(), TestCaseError> {
+    let fail =
+        |m: String| TestCaseError::fail(format!("{m}\nconfig:\n{}", config_toml(&case.params, case.rich.as_ref())));
+    let asked = drive_with(case, &[], true, false).map_err(fail)?;
+    let extra = extra_wakes(specs, &asked.log);
+    let woken = drive_with(case, &extra, true, false).map_err(|m| fail(format!("with extra wake-ups: {m}")))?;
+    let cut = asked.cut.into_iter().chain(woken.cut).min();
+    let before = |run: Run| -> Vec<Acted> { run.log.into_iter().filter(|a| cut.is_none_or(|c| a.0 < c)).collect() };
+    let (asked, woken) = (before(asked), before(woken));
+    if let Some(why) = first_difference(&asked, &woken, &extra) {
+        // Again with their traces, for the part before the difference.
+        let notes = |extra: &[Time]| drive_with(case, extra, true, true).map(|r| r.notes).unwrap_or_default();
+        let at = asked.iter().zip(&woken).find(|(a, b)| a != b).map_or(Time::MAX, |(a, b)| a.0.min(b.0));
+        let since = at.saturating_sub(600_000);
+        let window = |v: Vec<(Time, String)>| -> String {
+            v.into_iter().filter(|(t, _)| (since..=at).contains(t)).map(|(t, l)| format!("\n    {t:>10} {l}")).collect()
+        };
+        let (a, b) = (notes(&[]), notes(&extra));
+        if let Some(dir) = std::env::var_os("SPILLWAY_PT_DUMP") {
+            // Whole traces, for debugging: SPILLWAY_PT_DUMP=DIR writes DIR/asked.txt and DIR/woken.txt.
+            let lines = |v: &[(Time, String)]| v.iter().map(|(t, l)| format!("{t:>10} {l}\n")).collect::<String>();
+            let dir = std::path::PathBuf::from(dir);
+            let _ = std::fs::write(dir.join("asked.txt"), lines(&a));
+            let _ = std::fs::write(dir.join("woken.txt"), lines(&b));
+        }
+        return Err(fail(format!(
+            "{why}\ntrace as asked, the 600 s up to it:{}\ntrace with extra wake-ups:{}",
+            window(a),
+            window(b)
+        )));
+    }
+    Ok(())
+}
+
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64)
 }
@@ -518,10 +913,32 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
+    /// Every time-dependent decision has its own wake-up: waking the engine at more instants than it asks for
+    /// (where it acted, just after, anywhere) changes no action and no instant at which one is asked for.
+    /// Decision records are not compared: some note a pass (the scan limit), and their text carries the time
+    /// of the pass that wrote them.
+    #[test]
+    fn extra_wake_ups_change_no_action(
+        case in case(),
+        specs in prop::collection::vec((0u8..3, any::<u32>(), 0u32..23, any::<u32>()), 1..=120),
+    ) {
+        check_wakes(&case, &specs)?;
+    }
+
+    /// The same on richer cases: deadlines, spot interruptions, reported checkpoints, a schedule window,
+    /// metric-driven pools, tier and policy variations.
+    #[test]
+    fn extra_wake_ups_change_no_action_in_rich_cases(
+        case in rich_case(),
+        specs in prop::collection::vec((0u8..3, any::<u32>(), 0u32..23, any::<u32>()), 1..=120),
+    ) {
+        check_wakes(&case, &specs)?;
+    }
+
     #[test]
     fn the_engine_keeps_its_rules_and_finishes_every_job(case in case()) {
         if let Err(m) = drive(&case) {
-            return Err(TestCaseError::fail(format!("{m}\nconfig:\n{}", config_toml(&case.params))));
+            return Err(TestCaseError::fail(format!("{m}\nconfig:\n{}", config_toml(&case.params, case.rich.as_ref()))));
         }
     }
 }
