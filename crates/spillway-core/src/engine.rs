@@ -480,6 +480,8 @@ impl Engine {
     }
 
     fn decide(&mut self) {
+        let now = self.now;
+        self.schedules.iter_mut().for_each(|w| w.refresh(now));
         let mut wake = WakeAt::default();
         self.track_targets(&mut wake);
         let mut blocked = self.schedule(&mut wake);

@@ -19,6 +19,7 @@ pub mod queue;
 mod rebalance;
 mod scale;
 mod schedule;
+mod shape;
 pub mod time;
 
 pub use config::{Config, ConfigError, GangRoom, Market};

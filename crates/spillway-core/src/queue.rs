@@ -78,7 +78,7 @@ impl Queue {
             queue: self,
             tier: 0,
             heap: BinaryHeap::new(),
-            iters: BTreeMap::new(),
+            iters: Vec::new(),
             shares,
             weights,
             gpus: &self.gpus,
@@ -90,12 +90,16 @@ impl Queue {
 /// Fair-share order key: lower share first, then older head job, then team index.
 type HeapKey = Reverse<(u64, Time, usize)>;
 
+/// Where a cursor is in one team's queue of a tier.
+type TeamIter<'a> = std::iter::Peekable<std::collections::btree_set::Iter<'a, (Time, JobId)>>;
+
 /// Walks the queue in scheduling order without copying it.
 pub struct Cursor<'a> {
     queue: &'a Queue,
     tier: usize,
     heap: BinaryHeap<HeapKey>,
-    iters: BTreeMap<usize, std::iter::Peekable<std::collections::btree_set::Iter<'a, (Time, JobId)>>>,
+    /// Per team index: where the cursor is in its queue of the current tier.
+    iters: Vec<Option<TeamIter<'a>>>,
     shares: Vec<f64>,
     weights: Vec<f64>,
     gpus: &'a [u32],
@@ -110,7 +114,10 @@ impl Cursor<'_> {
             let mut it = set.iter().peekable();
             if let Some(&&(t, _)) = it.peek() {
                 self.heap.push(Reverse((share_key(self.shares.get(team).copied().unwrap_or(0.0)), t, team)));
-                self.iters.insert(team, it);
+                if self.iters.len() <= team {
+                    self.iters.resize_with(team + 1, || None);
+                }
+                self.iters[team] = Some(it);
             }
         }
     }
@@ -138,7 +145,7 @@ impl Iterator for Cursor<'_> {
         }
         loop {
             if let Some(Reverse((_, _, team))) = self.heap.pop() {
-                let it = self.iters.get_mut(&team)?;
+                let it = self.iters.get_mut(team)?.as_mut()?;
                 let &(_, job) = it.next()?;
                 let w = self.weights.get(team).copied().unwrap_or(1.0).max(1e-9);
                 let g = self.gpus.get(job.0 as usize).copied().unwrap_or(1) as f64;

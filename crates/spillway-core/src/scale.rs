@@ -7,6 +7,7 @@ use crate::engine::{Engine, WakeAt};
 use crate::event::{Action, DecisionKind};
 use crate::model::{Job, JobId, NodeId, NodeState, PendingReason};
 use crate::schedule::{Access, job_pools, model_fits};
+use crate::shape::Failed;
 use crate::time::{Time, secs};
 use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
@@ -54,6 +55,9 @@ pub(crate) struct Window {
     min_nodes: Option<u32>,
     max_nodes: Option<u32>,
     desired_nodes: Option<u32>,
+    /// The state last computed: (at, open, next change). It holds from `at` until the next change, so a pass
+    /// evaluates the cron expression only when the window opened or closed since (see [`Window::refresh`]).
+    known: Option<(Time, bool, Option<Time>)>,
 }
 
 impl Window {
@@ -70,13 +74,36 @@ impl Window {
                     min_nodes: s.min_nodes,
                     max_nodes: s.max_nodes,
                     desired_nodes: s.desired_nodes,
+                    known: None,
                 })
             })
             .collect()
     }
 
-    /// Returns whether the window is open at `now`, and the next time its state may change.
+    /// Returns whether the window is open at `now`, and the next time its state may change: the state kept by
+    /// the last [`Window::refresh`] while it holds, else computed.
     fn state(&self, now: Time) -> (bool, Option<Time>) {
+        match self.known {
+            Some((_, open, next)) if self.holds(now) => (open, next),
+            _ => self.compute(now),
+        }
+    }
+
+    /// Returns whether the kept state is the state at `now`.
+    fn holds(&self, now: Time) -> bool {
+        matches!(self.known, Some((at, _, next)) if at <= now && next.is_none_or(|n| now < n))
+    }
+
+    /// Keeps the state at `now` (time never runs backwards in the engine, so it holds until its next change).
+    pub(crate) fn refresh(&mut self, now: Time) {
+        if !self.holds(now) {
+            let (open, next) = self.compute(now);
+            self.known = Some((now, open, next));
+        }
+    }
+
+    /// Evaluates the cron expression: whether the window is open at `now`, and when that next changes.
+    fn compute(&self, now: Time) -> (bool, Option<Time>) {
         use chrono::TimeZone;
         let at = |t: Time| self.tz.timestamp_millis_opt(t).single();
         // Whole seconds: the cron library carries the start's fraction of a second into the occurrence it finds,
@@ -270,6 +297,9 @@ impl Engine {
         let share = self.cfg.policy.spot_share;
         let (mut spot_gpus, mut od_gpus) = if share.is_some() { self.interruptible_cloud_gpus() } else { (0.0, 0.0) };
         let mut fallbacks: Vec<JobId> = Vec::new();
+        // Shapes that found neither room on the nodes counted on nor a launch since the last launch planned (see
+        // `shape`), with whether they were held to spot until their fallback time.
+        let mut no_room: Failed<bool> = Failed::default();
         let wanted = blocked.iter().map(|&id| (id, false)).chain(shadow.iter().map(|&id| (id, true)));
         for (id, is_shadow) in wanted {
             let job = &self.c.jobs[id.0 as usize];
@@ -284,6 +314,17 @@ impl Engine {
             let fallback_s = if deadline_governs { 1e12 } else { tier.spot_fallback_after_s.min(1e12) };
             let fallback_at = job.queued_since + secs(fallback_s);
             let access = if is_shadow { Access::spot_only() } else { Access::of(job, now) };
+            let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1;
+            if let Some(held_to_spot) = no_room.get(job, access, key) {
+                if held_to_spot {
+                    wake.at(fallback_at);
+                }
+                if !job_checkpointing {
+                    reasons.push((id, PendingReason::NoCapacity));
+                }
+                continue;
+            }
+            let mut held_to_spot = false;
             let mut cands: Vec<usize> = job_pools(&self.cfg, &self.pool_order[job.tier], access)
                 .filter(|&p| self.cfg.pools[p].market != Market::Fixed)
                 .collect();
@@ -302,6 +343,7 @@ impl Engine {
                 } else if spot_open && now < fallback_at {
                     cands.retain(|p| is_spot(p));
                     wake.at(fallback_at);
+                    held_to_spot = true;
                 }
             }
             // Takes the job's workers out of the virtual free GPUs if all fit; returns the workers that do not fit
@@ -409,8 +451,13 @@ impl Engine {
                 if left > 0 && starving(left, room - n) {
                     starved.entry(p).or_insert((g, best));
                 }
+                // Nodes were added: a shape that found no room may find some on them.
+                no_room.clear();
                 reason = PendingReason::WaitingForNodes;
                 break;
+            }
+            if reason == PendingReason::NoCapacity {
+                no_room.insert(&self.c.jobs[id.0 as usize], access, key, held_to_spot);
             }
             if !job_checkpointing {
                 reasons.push((id, reason));

@@ -8,13 +8,15 @@ use crate::config::{ANY_MODEL, Config, DeadlinePolicy, Market};
 use crate::engine::{Engine, WakeAt};
 use crate::event::{DecisionKind, StopReason, job_subject};
 use crate::model::{Job, JobId, JobState, NodeId, NodeState, PendingReason};
+use crate::shape::Failed;
 use crate::time::{Time, secs};
 
 /// Most jobs one pass preempts for.
 const MAX_PREEMPTING_JOBS: usize = 16;
-/// Blocked jobs a pass collects when no pool can grow (enough to find preemption candidates).
+/// Blocked jobs a pass collects that no pool they may use can grow for now (enough to find preemption
+/// candidates); once it has that many, the pass ends.
 const BLOCKED_CAP_NO_SCALE: usize = 256;
-/// Blocked jobs a pass collects for the autoscaler.
+/// Blocked jobs a pass collects for the autoscaler (jobs some pool they may use can grow for).
 const BLOCKED_CAP: usize = 2048;
 
 /// What a job asks of a node, copied out of the job so the cluster can be edited while it is in hand.
@@ -233,15 +235,19 @@ impl Engine {
         let now = self.now;
         let shares: Vec<f64> = self.c.teams.iter().map(|t| t.used_gpus as f64 / t.weight).collect();
         let weights: Vec<f64> = self.c.teams.iter().map(|t| t.weight).collect();
-        let can_grow = self.any_pool_can_grow();
-        let blocked_cap = if can_grow { BLOCKED_CAP } else { BLOCKED_CAP_NO_SCALE };
+        // Whether each pool could launch a node now: a blocked job that may use one goes to the autoscaler under
+        // the large cap, one that may use none under the small cap (it can only wait or preempt).
+        let grows: Vec<bool> = (0..self.cfg.pools.len()).map(|p| self.pool_headroom(p) > 0).collect();
+        let (mut buying, mut stuck) = (0usize, 0usize);
+        // Shapes that found no placement, or no victims, in this pass (see `shape`).
+        let (mut no_room, mut no_victims) = (Failed::default(), Failed::default());
         let mut started: Vec<(JobId, Vec<(NodeId, u32)>)> = Vec::new();
         let mut preempted: Vec<(JobId, JobId)> = Vec::new();
         let mut blocked: Vec<JobId> = Vec::new();
         let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
         let mut reserved: Vec<(usize, u32, NodeId)> = Vec::new();
         let (mut reservations, mut preempting, mut scanned) = (0usize, 0usize, 0usize);
-        let (mut strict_block, mut limit_hit, mut scan_cut) = (false, false, false);
+        let (mut strict_block, mut limit_hit, mut scan_cut, mut stuck_cut) = (false, false, false, false);
         let mut pinned: Vec<JobId> = Vec::new();
         // The highest priority (lowest value) of a job whose preemption was due but that found no victims: a job
         // of a lower, preemptible tier started later in this pass is a victim the next pass would find.
@@ -254,9 +260,10 @@ impl Engine {
             let cfg: &Config = cfg;
             for id in queue.cursor(shares, weights) {
                 scanned += 1;
-                if scanned > cfg.policy.scan_limit || blocked.len() >= blocked_cap {
+                if scanned > cfg.policy.scan_limit || buying >= BLOCKED_CAP || stuck >= BLOCKED_CAP_NO_SCALE {
                     limit_hit = true;
                     scan_cut = scanned > cfg.policy.scan_limit;
+                    stuck_cut = stuck >= BLOCKED_CAP_NO_SCALE;
                     break;
                 }
                 let job = &c.jobs[id.0 as usize];
@@ -272,6 +279,12 @@ impl Engine {
                     wake.at(at);
                     reasons.push((id, PendingReason::Checkpointing));
                     blocked.push(id);
+                    let count = if may_buy(cfg, &pool_order[job.tier], &grows, Access::of(job, now)) {
+                        &mut buying
+                    } else {
+                        &mut stuck
+                    };
+                    *count += 1;
                     if reservations < cfg.policy.max_reservations {
                         reservations += 1;
                         let need = Need::of(job, now);
@@ -307,9 +320,10 @@ impl Engine {
                 }
                 let job = &c.jobs[id.0 as usize];
                 let order = &pool_order[job.tier];
-                let need = Need::of(job, now);
-                if !strict_block {
-                    if let Some(placement) = find_placement(c, cfg, order, &need) {
+                let access = Access::of(job, now);
+                let (g, w, tier) = (job.spec.gpus_per_worker, job.spec.workers, job.tier);
+                if !strict_block && !no_room.contains(job, access) {
+                    if let Some(placement) = find_placement(c, cfg, order, &Need::of(job, now)) {
                         for &(n, g) in &placement {
                             c.bind(id, n, g);
                         }
@@ -317,15 +331,22 @@ impl Engine {
                         last_start = Some(scanned);
                         continue;
                     }
+                    no_room.insert(&c.jobs[id.0 as usize], access, 0, ());
                 }
                 if cfg.policy.preemption && preempting < MAX_PREEMPTING_JOBS {
                     if let Some(at) = preemption_due(cfg, c, order, &c.jobs[id.0 as usize], now) {
-                        let victims = if at > now { None } else { find_victims(c, cfg, order, &need, now) };
+                        let job = &c.jobs[id.0 as usize];
+                        let victims = if at > now || no_victims.contains(job, access) {
+                            None
+                        } else {
+                            find_victims(c, cfg, order, &Need::of(job, now), now)
+                        };
                         if at > now {
                             wake.at(at);
                         } else if victims.is_none() {
-                            let prio = cfg.tiers[need.tier].priority;
+                            let prio = cfg.tiers[tier].priority;
                             due_without_victims = Some(due_without_victims.map_or(prio, |p| p.min(prio)));
+                            no_victims.insert(&c.jobs[id.0 as usize], access, 0, ());
                         }
                         if let Some((nodes, victims)) = victims {
                             preempting += 1;
@@ -335,7 +356,9 @@ impl Engine {
                                 c.release(v, now);
                                 preempted.push((v, id));
                             }
-                            let g = need.g;
+                            // GPUs came free: a shape that found no room (or no victims) may find some now.
+                            no_room.clear();
+                            no_victims.clear();
                             let placement: Vec<(NodeId, u32)> = nodes.into_iter().map(|n| (n, g)).collect();
                             for &(n, g) in &placement {
                                 c.bind(id, n, g);
@@ -355,13 +378,15 @@ impl Engine {
                     reasons.push((id, PendingReason::WaitingForFixedCapacity));
                 } else {
                     blocked.push(id);
+                    let count = if may_buy(cfg, order, &grows, access) { &mut buying } else { &mut stuck };
+                    *count += 1;
                 }
                 if !cfg.policy.backfill {
                     strict_block = true;
                     first_hold.get_or_insert(scanned);
-                } else if (need.w > 1 || need.g > 1) && reservations < cfg.policy.max_reservations {
+                } else if (w > 1 || g > 1) && reservations < cfg.policy.max_reservations {
                     reservations += 1;
-                    let held = reserve(c, cfg, order, &need);
+                    let held = reserve(c, cfg, order, &Need::of(job, now));
                     if !held.is_empty() {
                         first_hold.get_or_insert(scanned);
                     }
@@ -399,8 +424,9 @@ impl Engine {
         if !preempted.is_empty() || cut_short || victim_started || held_back {
             wake.at(now);
         }
-        if limit_hit && !can_grow {
-            // The blocked cap is the small one while no pool can grow: it grows when a cooldown ends.
+        if stuck_cut {
+            // The pass stopped at the cap for jobs no pool can grow for: a pool may grow for them when its
+            // cooldown ends.
             if let Some(at) = self.next_growth_at() {
                 wake.at(at);
             }
@@ -469,11 +495,6 @@ impl Engine {
         );
     }
 
-    /// Returns whether any cloud pool could launch a node now (below max, past its cooldown).
-    fn any_pool_can_grow(&self) -> bool {
-        (0..self.cfg.pools.len()).any(|p| self.pool_headroom(p) > 0)
-    }
-
     /// Returns when the first cloud pool below its max leaves its scale-out cooldown, if one is in it.
     fn next_growth_at(&self) -> Option<Time> {
         (0..self.cfg.pools.len())
@@ -482,6 +503,11 @@ impl Engine {
             .filter(|&t| t > self.now)
             .min()
     }
+}
+
+/// Returns whether a job with `access` may use a pool in `order` that can launch a node now (`grows`).
+fn may_buy(cfg: &Config, order: &[usize], grows: &[bool], access: Access) -> bool {
+    job_pools(cfg, order, access).any(|p| grows[p])
 }
 
 /// Returns when a deadline job must leave spot for on-demand: its deadline minus its remaining work minus the

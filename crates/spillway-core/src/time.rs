@@ -9,7 +9,10 @@ pub type Millis = i64;
 
 /// Returns `s` seconds as milliseconds, rounded to the nearest millisecond.
 pub fn secs(s: f64) -> Millis {
-    (s * 1000.0).round() as Millis
+    // Half away from zero by hand: `f64::round` is a library call on the baseline x86-64 target, and the
+    // engine converts config seconds on every pass (the cast saturates, and NaN gives 0, as `round` would).
+    let ms = s * 1000.0;
+    (ms + 0.5f64.copysign(ms)) as Millis
 }
 
 /// Returns a millisecond duration as seconds.

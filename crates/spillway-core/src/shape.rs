@@ -1,0 +1,80 @@
+//! Job shapes, and the shapes a decision pass already found no room for.
+//!
+//! Within one pass capacity only shrinks (jobs bind GPUs, blocked jobs hold nodes back, scale-out consumes the
+//! nodes it counts on) until something frees GPUs (a preemption releases its victims) or adds nodes (scale-out
+//! plans a launch). So once a job of some shape found no placement, every later job of the same shape finds none
+//! either until then: the pass asks [`Failed`] instead of searching again, which makes its cost per blocked job a
+//! comparison instead of a walk over the nodes. Results are exactly those of searching every time.
+
+use crate::model::Job;
+use crate::schedule::Access;
+
+/// Most shapes one memo keeps: a queue of thousands of distinct shapes (a hostile one) degrades to searching
+/// for each job, never to a long scan of the memo.
+const MAX_SHAPES: usize = 32;
+
+/// What a search for room reads of a job: its gang (GPUs per worker, workers, GPU model), the markets it may use
+/// now and its tier (which pools, in which order, and which jobs are lower). `extra` is a caller's own part of
+/// the key (scale-out: whether the job is spot demand ahead of a move, and whether it is still before its spot
+/// fallback).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shape {
+    g: u32,
+    w: u32,
+    model: Option<String>,
+    access: Access,
+    tier: usize,
+    extra: u8,
+}
+
+impl Shape {
+    fn matches(&self, job: &Job, access: Access, extra: u8) -> bool {
+        self.g == job.spec.gpus_per_worker
+            && self.w == job.spec.workers
+            && self.tier == job.tier
+            && self.access == access
+            && self.extra == extra
+            && self.model.as_deref() == job.spec.gpu_model.as_deref()
+    }
+}
+
+/// The shapes that found no room since the capacity they could use last grew, each with a value the caller
+/// keeps for it (what it decided for the shape, to repeat for the jobs that follow).
+#[derive(Debug, Default)]
+pub(crate) struct Failed<V = ()> {
+    shapes: Vec<(Shape, V)>,
+}
+
+impl<V: Copy> Failed<V> {
+    /// Returns what was kept for `job`'s shape, when a job of that shape found no room.
+    pub(crate) fn get(&self, job: &Job, access: Access, extra: u8) -> Option<V> {
+        self.shapes.iter().find(|(s, _)| s.matches(job, access, extra)).map(|&(_, v)| v)
+    }
+
+    /// Notes that `job` found no room (ignored once the memo is full).
+    pub(crate) fn insert(&mut self, job: &Job, access: Access, extra: u8, value: V) {
+        if self.shapes.len() < MAX_SHAPES && self.get(job, access, extra).is_none() {
+            let shape = Shape {
+                g: job.spec.gpus_per_worker,
+                w: job.spec.workers,
+                model: job.spec.gpu_model.clone(),
+                access,
+                tier: job.tier,
+                extra,
+            };
+            self.shapes.push((shape, value));
+        }
+    }
+
+    /// Forgets every shape: capacity grew.
+    pub(crate) fn clear(&mut self) {
+        self.shapes.clear();
+    }
+}
+
+impl Failed<()> {
+    /// Returns whether a job of `job`'s shape found no room.
+    pub(crate) fn contains(&self, job: &Job, access: Access) -> bool {
+        self.get(job, access, 0).is_some()
+    }
+}
