@@ -144,7 +144,10 @@ impl Iterator for Cursor<'_> {
             self.load_tier();
         }
         loop {
-            if let Some(Reverse((_, _, team))) = self.heap.pop() {
+            // The team whose turn it is stays at the top of the heap with its new key when it has more jobs
+            // (one sift instead of a pop and a push).
+            if let Some(mut top) = self.heap.peek_mut() {
+                let Reverse((_, _, team)) = *top;
                 let it = self.iters.get_mut(team)?.as_mut()?;
                 let &(_, job) = it.next()?;
                 let w = self.weights.get(team).copied().unwrap_or(1.0).max(1e-9);
@@ -152,9 +155,14 @@ impl Iterator for Cursor<'_> {
                 if let Some(s) = self.shares.get_mut(team) {
                     *s += g / w;
                 }
-                if let Some(&&(t, _)) = it.peek() {
-                    let s = self.shares.get(team).copied().unwrap_or(0.0);
-                    self.heap.push(Reverse((share_key(s), t, team)));
+                match it.peek() {
+                    Some(&&(t, _)) => {
+                        let s = self.shares.get(team).copied().unwrap_or(0.0);
+                        *top = Reverse((share_key(s), t, team));
+                    }
+                    None => {
+                        std::collections::binary_heap::PeekMut::pop(top);
+                    }
                 }
                 return Some(job);
             }

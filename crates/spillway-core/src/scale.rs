@@ -300,6 +300,9 @@ impl Engine {
         // Shapes that found neither room on the nodes counted on nor a launch since the last launch planned (see
         // `shape`), with whether they were held to spot until their fallback time.
         let mut no_room: Failed<bool> = Failed::default();
+        // Per tier: how long a job waits for spot before it may fall back to on-demand.
+        let fallback_after: Vec<Time> =
+            self.cfg.tiers.iter().map(|t| secs(t.spot_fallback_after_s.min(1e12))).collect();
         let wanted = blocked.iter().map(|&id| (id, false)).chain(shadow.iter().map(|&id| (id, true)));
         for (id, is_shadow) in wanted {
             let job = &self.c.jobs[id.0 as usize];
@@ -311,8 +314,7 @@ impl Engine {
             let has_spot = job.interruptible && tier.markets.contains(&Market::Spot);
             // A job with a deadline leaves spot when its slack says so (the scheduler pins it), not after a wait.
             let deadline_governs = job.deadline_governs();
-            let fallback_s = if deadline_governs { 1e12 } else { tier.spot_fallback_after_s.min(1e12) };
-            let fallback_at = job.queued_since + secs(fallback_s);
+            let fallback_at = job.queued_since + if deadline_governs { secs(1e12) } else { fallback_after[job.tier] };
             let access = if is_shadow { Access::spot_only() } else { Access::of(job, now) };
             let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1;
             if let Some(held_to_spot) = no_room.get(job, access, key) {

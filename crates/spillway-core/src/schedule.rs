@@ -241,6 +241,10 @@ impl Engine {
         let (mut buying, mut stuck) = (0usize, 0usize);
         // Shapes that found no placement, or no victims, in this pass (see `shape`).
         let (mut no_room, mut no_victims) = (Failed::default(), Failed::default());
+        // Per tier: how long a new job waits for fixed capacity before it may buy cloud capacity.
+        let burst_after: Vec<Time> = self.cfg.tiers.iter().map(|t| secs(t.burst_after_s)).collect();
+        // Per tier and access: when after entering the queue a job may preempt (see `preemption_offset`).
+        let mut due_offsets: Vec<Option<Option<Time>>> = vec![None; self.cfg.tiers.len() * 4];
         let mut started: Vec<(JobId, Vec<(NodeId, u32)>)> = Vec::new();
         let mut preempted: Vec<(JobId, JobId)> = Vec::new();
         let mut blocked: Vec<JobId> = Vec::new();
@@ -334,7 +338,10 @@ impl Engine {
                     no_room.insert(&c.jobs[id.0 as usize], access, 0, ());
                 }
                 if cfg.policy.preemption && preempting < MAX_PREEMPTING_JOBS {
-                    if let Some(at) = preemption_due(cfg, c, order, &c.jobs[id.0 as usize], now) {
+                    let slot =
+                        &mut due_offsets[tier * 4 + usize::from(access.spot) * 2 + usize::from(access.on_demand)];
+                    let offset = *slot.get_or_insert_with(|| preemption_offset(cfg, c, order, tier, access));
+                    if let Some(at) = offset.map(|o| c.jobs[id.0 as usize].queued_since + o) {
                         let job = &c.jobs[id.0 as usize];
                         let victims = if at > now || no_victims.contains(job, access) {
                             None
@@ -371,8 +378,7 @@ impl Engine {
                 }
                 let job = &c.jobs[id.0 as usize];
                 // A job that already ran (interrupted, preempted, lost) does not wait for fixed capacity again.
-                let burst_at =
-                    if job.attempt > 0 { now } else { job.queued_since + secs(cfg.tiers[job.tier].burst_after_s) };
+                let burst_at = if job.attempt > 0 { now } else { job.queued_since + burst_after[job.tier] };
                 if now < burst_at {
                     wake.at(burst_at);
                     reasons.push((id, PendingReason::WaitingForFixedCapacity));
@@ -540,22 +546,23 @@ fn deadline_pin_at(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Optio
     Some(deadline - remaining - keep)
 }
 
-/// Returns when `job` may start preempting (its SLO minus the time new capacity would take), or `None` when its
-/// tier has nothing to preempt.
-fn preemption_due(cfg: &Config, c: &Cluster, order: &[usize], job: &Job, now: Time) -> Option<Time> {
-    let prio = cfg.tiers[job.tier].priority;
+/// Returns how long after entering the queue a job of `tier` with `access` may start preempting (its SLO minus
+/// the time new capacity would take), or `None` when its tier has nothing to preempt. The same for every job of
+/// the tier and access in one pass (pool sizes do not change within it).
+fn preemption_offset(cfg: &Config, c: &Cluster, order: &[usize], tier: usize, access: Access) -> Option<Time> {
+    let prio = cfg.tiers[tier].priority;
     if !cfg.tiers.iter().any(|t| t.priority > prio && t.preemptible) {
         return None;
     }
-    let slo = secs(cfg.tiers[job.tier].queue_wait_slo_s);
+    let slo = secs(cfg.tiers[tier].queue_wait_slo_s);
     // The soonest a new node could hold it: the boot latency of an allowed cloud pool with room to grow.
-    let boot = job_pools(cfg, order, Access::of(job, now))
+    let boot = job_pools(cfg, order, access)
         .filter(|&p| cfg.pools[p].market != Market::Fixed && c.pools[p].alive < cfg.pools[p].max_nodes)
         .map(|p| secs(cfg.pools[p].boot_latency_s))
         .min();
     // With no pool able to grow, capacity can only come from jobs ending: wait for that until the SLO itself.
     Some(match boot {
-        Some(b) => job.queued_since + slo - b,
-        None => job.queued_since + slo,
+        Some(b) => slo - b,
+        None => slo,
     })
 }

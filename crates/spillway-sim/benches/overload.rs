@@ -6,7 +6,8 @@
 //! Run: `cargo bench -p spillway-sim --bench overload`. `SPILLWAY_BENCH_JOBS=N` replays only the first N jobs of the
 //! same trace (the generator draws jobs in order, so that prefix is exactly the trace of N jobs) and also prints the
 //! wall time extrapolated linearly to 1,000,000 jobs. `SPILLWAY_BENCH_RECORD=1` keeps the engine's decision records
-//! as `spillway simulate` does (for `events.jsonl`), which shows what holding them costs in memory.
+//! and streams them to `target/overload-events.jsonl` as `spillway simulate` streams `events.jsonl`, which shows
+//! that recording them costs time and disk, not memory.
 
 // A benchmark measures wall time; the clock ban is for the functional core and the simulator.
 #![allow(clippy::disallowed_methods)]
@@ -15,9 +16,15 @@ mod common;
 
 use common::{job_count, load_config, peak_rss_mib, queue_stats, reference_s};
 use spillway_sim::input::to_sim_jobs;
+use spillway_sim::sim::DecisionSink;
 use spillway_sim::sim::{SimOptions, simulate};
 use spillway_sim::trace::backlog::Overload;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+/// Where `SPILLWAY_BENCH_RECORD=1` streams the decisions, as `spillway simulate` streams `events.jsonl`.
+const EVENTS: &str = "target/overload-events.jsonl";
 
 const FULL_JOBS: usize = 1_000_000;
 const CONFIG: &str = "examples/overload.toml";
@@ -49,15 +56,18 @@ fn run() -> Result<(), String> {
     );
     let t = Instant::now();
     let record = std::env::var("SPILLWAY_BENCH_RECORD").is_ok_and(|v| v == "1");
-    let out = simulate(&cfg, &jobs, &SimOptions { record, ..SimOptions::default() }).map_err(|e| e.to_string())?;
+    let (sink, written) = if record { stream_events(cfg.start_ms)? } else { Default::default() };
+    let opts = SimOptions { record, decisions_to: sink, ..SimOptions::default() };
+    let out = simulate(&cfg, &jobs, &opts).map_err(|e| e.to_string())?;
     let wall = t.elapsed().as_secs_f64();
+    let recorded = written.lock().map_or(0, |w| *w);
     // Read before the queue figures allocate their own buffers.
     let peak = peak_rss_mib().map_or("unknown".to_string(), |m| format!("{m:.0} MiB"));
     let done = out.engine.cluster().jobs.iter().filter(|j| j.state == spillway_core::JobState::Succeeded).count();
     println!(
         "spillway policy{}: {wall:.2} s wall, {} steps, {:.0} steps/s, {:.0} jobs/s, {:.1}x reference, peak memory \
          (VmHWM) {peak}; {done}/{n} jobs done, makespan {:.1} days",
-        if record { format!(" (decisions recorded: {})", out.decisions.len()) } else { String::new() },
+        if record { format!(" (decisions streamed to {EVENTS}: {recorded} bytes)") } else { String::new() },
         out.events,
         out.events as f64 / wall,
         n as f64 / wall,
@@ -76,4 +86,23 @@ fn run() -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Returns a sink that writes each decision as an `events.jsonl` line to [`EVENTS`], and the bytes written so far.
+fn stream_events(t0_ms: i64) -> Result<(DecisionSink, Arc<Mutex<u64>>), String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(EVENTS);
+    let file = std::fs::File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let written = Arc::new(Mutex::new(0u64));
+    let count = written.clone();
+    let sink = DecisionSink(Some(Arc::new(Mutex::new(move |d: spillway_core::Decision| {
+        let line = spillway_sim::run::event_line(&d, t0_ms);
+        // A bench: a failed write shows as a short byte count, not as an error.
+        if writeln!(out, "{line}").is_ok()
+            && let Ok(mut n) = count.lock()
+        {
+            *n += line.len() as u64 + 1;
+        }
+    }))));
+    Ok((sink, written))
 }

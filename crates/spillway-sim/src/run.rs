@@ -19,7 +19,10 @@ pub struct Comparison {
     pub report: Report,
     pub series: TimeSeries,
     pub waits_by_tier: BTreeMap<String, Vec<f64>>,
+    /// The `spillway` run's decisions, unless they went to `SimOptions::decisions_to` as they were made.
     pub decisions: Vec<Decision>,
+    /// Whether the decisions went to `SimOptions::decisions_to` (then `events.jsonl` is the caller's).
+    pub streamed: bool,
 }
 
 /// Runs `spillway` and every reference on `jobs`; `progress(policy)` is called before each run.
@@ -77,10 +80,12 @@ pub fn compare(
             series: TimeSeries::default(),
             waits_by_tier: BTreeMap::new(),
             decisions: Vec::new(),
+            streamed: opts.decisions_to.0.is_some(),
         });
     };
     let waits_by_tier = waits(&pcfg, &out);
-    Ok(Comparison { report, series: out.series, waits_by_tier, decisions: out.decisions })
+    let streamed = opts.decisions_to.0.is_some();
+    Ok(Comparison { report, series: out.series, waits_by_tier, decisions: out.decisions, streamed })
 }
 
 /// Returns each tier's queue waits (seconds) of the jobs that started.
@@ -199,7 +204,20 @@ fn peak_hour_waits(cfg: &Config, out: &SimOutcome) -> BTreeMap<String, Stats> {
     w.into_iter().map(|(t, v)| (t, stats(&v))).collect()
 }
 
-/// Writes `report.json`, `timeseries.csv`, `events.jsonl` and `report.html` into `dir` (created if needed).
+/// Returns a decision as its `events.jsonl` line (without the newline); `t0_ms` is the trace's start.
+pub fn event_line(d: &Decision, t0_ms: i64) -> String {
+    serde_json::json!({
+        "time_s": to_secs(d.at - t0_ms),
+        "kind": d.kind,
+        "subject": d.subject,
+        "reason": d.reason,
+        "detail": d.detail,
+    })
+    .to_string()
+}
+
+/// Writes `report.json`, `timeseries.csv`, `events.jsonl` (unless the decisions were streamed there) and
+/// `report.html` into `dir` (created if needed).
 pub fn write_outputs(dir: &Path, cmp: &Comparison, t0_ms: i64) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let json = serde_json::to_string_pretty(&cmp.report).map_err(std::io::Error::other)?;
@@ -211,18 +229,13 @@ pub fn write_outputs(dir: &Path, cmp: &Comparison, t0_ms: i64) -> std::io::Resul
         writeln!(ts, "{}", cells.join(","))?;
     }
     ts.flush()?;
-    let mut ev = std::io::BufWriter::new(std::fs::File::create(dir.join("events.jsonl"))?);
-    for d in &cmp.decisions {
-        let line = serde_json::json!({
-            "time_s": to_secs(d.at - t0_ms),
-            "kind": d.kind,
-            "subject": d.subject,
-            "reason": d.reason,
-            "detail": d.detail,
-        });
-        writeln!(ev, "{line}")?;
+    if !cmp.streamed {
+        let mut ev = std::io::BufWriter::new(std::fs::File::create(dir.join("events.jsonl"))?);
+        for d in &cmp.decisions {
+            writeln!(ev, "{}", event_line(d, t0_ms))?;
+        }
+        ev.flush()?;
     }
-    ev.flush()?;
     let html = crate::html::render(&cmp.report, &cmp.series, &cmp.waits_by_tier);
     std::fs::write(dir.join("report.html"), html)
 }

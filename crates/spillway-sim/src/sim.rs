@@ -57,6 +57,22 @@ pub struct SimOptions {
     pub extra_wakes_ms: Vec<Millis>,
     /// Keep every action other than decision records, with the instant it was polled (`SimOutcome::actions`).
     pub keep_actions: bool,
+    /// Where decision records go when `record` is on: `SimOutcome::decisions` by default, or a callback.
+    pub decisions_to: DecisionSink,
+}
+
+/// A callback that takes each decision record as the engine makes it, so a long run (`events.jsonl` of a
+/// million jobs) never holds them all. The default keeps them in `SimOutcome::decisions` instead.
+#[derive(Clone, Default)]
+pub struct DecisionSink(pub Option<std::sync::Arc<std::sync::Mutex<DecisionFn>>>);
+
+/// What a [`DecisionSink`] calls with each decision record.
+pub type DecisionFn = dyn FnMut(Decision) + Send;
+
+impl std::fmt::Debug for DecisionSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "DecisionSink(callback)" } else { "DecisionSink(kept)" })
+    }
 }
 
 /// A progress callback: (jobs ended, jobs in all). The default does nothing.
@@ -80,6 +96,7 @@ impl Default for SimOptions {
             progress: Progress::default(),
             extra_wakes_ms: Vec::new(),
             keep_actions: false,
+            decisions_to: DecisionSink::default(),
         }
     }
 }
@@ -510,7 +527,11 @@ impl<'a> Sim<'a> {
                     self.queued_gpus += g;
                 }
             }
-            Action::Record(d) => self.decisions.push(d),
+            Action::Record(d) => match &self.opts.decisions_to.0 {
+                // A callback that panicked once still gets the rest (the records are all that is in it).
+                Some(sink) => (sink.lock().unwrap_or_else(|e| e.into_inner()))(d),
+                None => self.decisions.push(d),
+            },
         }
         Ok(())
     }

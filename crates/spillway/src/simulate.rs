@@ -5,9 +5,10 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use spillway_core::Config;
 use spillway_sim::report::InputReport;
-use spillway_sim::run::{compare, summary_table, write_outputs};
-use spillway_sim::sim::{Check, SimOptions};
+use spillway_sim::run::{compare, event_line, summary_table, write_outputs};
+use spillway_sim::sim::{Check, DecisionSink, SimOptions};
 use spillway_sim::trace::{self, TraceFormat, workload::Bursty};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The config `simulate` uses when none is given.
@@ -92,12 +93,27 @@ pub fn run(args: Args) -> Result<()> {
         spillway_sim::sim::Progress(Some(std::sync::Arc::new(move |done, _| tick.set_position(done as u64))));
     let spot_traces =
         args.spot_trace.iter().map(|a| spillway_sim::spot::resolve(&cfg, a)).collect::<Result<Vec<_>, _>>()?;
+    // Decisions go to events.jsonl as they are made: a long trace's records are never all held in memory.
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let events_path = args.out.join("events.jsonl");
+    let events = std::fs::File::create(&events_path).with_context(|| format!("creating {}", events_path.display()))?;
+    let sink = std::sync::Arc::new(std::sync::Mutex::new(EventWriter {
+        out: std::io::BufWriter::new(events),
+        t0_ms: cfg.start_ms,
+        error: None,
+    }));
+    let writer = sink.clone();
+    let decisions_to =
+        DecisionSink(Some(std::sync::Arc::new(std::sync::Mutex::new(move |d: spillway_core::Decision| {
+            writer.lock().unwrap_or_else(|e| e.into_inner()).write(&d)
+        }))));
     let opts = SimOptions {
         seed: args.seed,
         record: true,
         check: if args.check_full { Check::Full } else { Check::Step },
         spot_traces,
         progress,
+        decisions_to,
         ..SimOptions::default()
     };
     // The shell may read the clock (only the core may not): this times the run for the user.
@@ -117,8 +133,37 @@ pub fn run(args: Args) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     print!("{}", summary_table(&cmp.report));
+    sink.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .finish()
+        .with_context(|| format!("writing {}", events_path.display()))?;
     write_outputs(&args.out, &cmp, cfg.start_ms)
         .with_context(|| format!("writing reports to {}", args.out.display()))?;
     println!("\nwrote {0}/report.json, {0}/timeseries.csv, {0}/events.jsonl, {0}/report.html", args.out.display());
     Ok(())
+}
+
+/// Writes decision records to `events.jsonl` as a run makes them; keeps the first write error for the end.
+struct EventWriter {
+    out: std::io::BufWriter<std::fs::File>,
+    t0_ms: i64,
+    error: Option<std::io::Error>,
+}
+
+impl EventWriter {
+    fn write(&mut self, d: &spillway_core::Decision) {
+        if self.error.is_none()
+            && let Err(e) = writeln!(self.out, "{}", event_line(d, self.t0_ms))
+        {
+            self.error = Some(e);
+        }
+    }
+
+    /// Flushes the file; returns the first error of the run.
+    fn finish(&mut self) -> std::io::Result<()> {
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => self.out.flush(),
+        }
+    }
 }
