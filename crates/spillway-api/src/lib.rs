@@ -261,6 +261,10 @@ pub struct JobView {
     pub nodes: Vec<u32>,
     /// Why it waits (stable code), while queued.
     pub pending_reason: Option<String>,
+    /// More about why, for people: while it waits for capacity, the first pool it may buy in and why that pool
+    /// does not grow (`pool spot: at its max of 3 nodes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_detail: Option<String>,
     pub interruptions: u32,
     pub preemptions: u32,
 }

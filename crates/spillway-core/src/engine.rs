@@ -225,6 +225,13 @@ pub struct Engine {
     pub(crate) fresh_samples: Vec<bool>,
     /// Per pool: what step scaling proposed at its last batch of samples (it stands until the next).
     pub(crate) step_proposals: Vec<Option<crate::autoscale::Proposal>>,
+    /// Per pool: why it did not grow for the demand of the last pass (a `scale_out_blocked` decision is recorded
+    /// when that changes).
+    pub(crate) not_grown: Vec<Option<crate::growth::NotGrown>>,
+    /// The blocked jobs (in queue order) and the spot demand of running jobs the last pass planned scale-out
+    /// for: the snapshot what-if questions are asked about.
+    pub(crate) last_blocked: Vec<JobId>,
+    pub(crate) last_shadow: Vec<JobId>,
     dirty: bool,
     pub(crate) next_wake: Option<Time>,
 }
@@ -251,6 +258,9 @@ impl Engine {
             history,
             fresh_samples: vec![false; cfg_pools],
             step_proposals: vec![None; cfg_pools],
+            not_grown: vec![None; cfg_pools],
+            last_blocked: Vec::new(),
+            last_shadow: Vec::new(),
             dirty: true,
             next_wake: None,
         }
@@ -259,6 +269,11 @@ impl Engine {
     /// Turns the decision records (`Action::Record`) on or off.
     pub fn set_recording(&mut self, on: bool) {
         self.record = on;
+    }
+
+    /// Returns the latest instant the engine was told (time never runs backwards inside it).
+    pub fn now(&self) -> Time {
+        self.now
     }
 
     /// Returns the config.
@@ -344,6 +359,7 @@ impl Engine {
             pinned_on_demand: false,
             spot_only_until: None,
             uniform_progress: self.cfg.policy.deadline_policy == crate::config::DeadlinePolicy::Safe,
+            not_grown: None,
         });
         id
     }
@@ -492,6 +508,7 @@ impl Engine {
         let scale_actions = self.c.counters.scale_actions;
         let (claimed, starved) = self.scale_out(&blocked, &shadow, &mut wake);
         self.scale_in(&claimed, &starved, &mut wake);
+        (self.last_blocked, self.last_shadow) = (blocked, shadow);
         let tracking = self.cfg.pools.iter().any(|p| p.target_gpu_utilization.is_some());
         if self.c.counters.scale_actions != scale_actions && (!self.queue.is_empty() || watching || tracking) {
             // Nodes launched or removed: what scheduling, return-to-spot, scale-out and target tracking read

@@ -89,6 +89,8 @@ pub struct Job {
     /// A deadline job follows uniform progress (the `safe` deadline policy); otherwise it stays on spot until its
     /// slack runs out (`greedy`).
     pub uniform_progress: bool,
+    /// While it waits for capacity (`NoCapacity`): the first pool it may buy in and why that pool did not grow.
+    pub not_grown: Option<(usize, crate::growth::NotGrown)>,
 }
 
 impl Job {

@@ -492,12 +492,18 @@ impl Engine {
             return;
         }
         j.pending = reason;
-        let waited = self.now - j.queued_since;
+        let (waited, why) = (self.now - j.queued_since, j.not_grown.filter(|_| reason == PendingReason::NoCapacity));
+        // Why its pool does not grow, when that is why it waits (the name is looked up only when recording).
+        let why = why.map(|(p, why)| (self.cfg.pools.get(p).map_or(String::new(), |x| x.name.clone()), why));
+        let now = self.now;
         self.record(
             DecisionKind::JobPending,
             || job_subject(id),
             reason.code(),
-            || format!("queued {} s", waited / 1000),
+            || match why {
+                Some((pool, why)) => format!("queued {} s; pool {pool}: {}", waited / 1000, why.describe(now)),
+                None => format!("queued {} s", waited / 1000),
+            },
         );
     }
 

@@ -2,7 +2,7 @@
 
 use crate::state::State;
 use spillway_api::{CostView, EventView, JobView, NodeView, PoolView};
-use spillway_core::{DecisionKind, Job, JobState, Market, Node, NodeState, Time};
+use spillway_core::{DecisionKind, Job, JobState, Market, Node, NodeState, PendingReason, Time};
 
 /// Returns seconds since the epoch.
 fn secs(t: Time) -> f64 {
@@ -133,6 +133,13 @@ pub fn job(st: &State, j: &Job) -> JobView {
         ended_at: j.ended.map(secs),
         nodes: j.placement.iter().map(|(n, _)| n.0).collect(),
         pending_reason: (j.state == JobState::Queued).then(|| j.pending.code().to_string()),
+        pending_detail: j
+            .not_grown
+            .filter(|_| j.state == JobState::Queued && j.pending == PendingReason::NoCapacity)
+            .map(|(p, why)| {
+                let pool = st.engine.config().pools.get(p).map_or("?", |x| x.name.as_str());
+                format!("pool {pool}: {}", why.describe(st.engine.now()))
+            }),
         interruptions: j.interruptions,
         preemptions: j.preemptions,
     }

@@ -477,7 +477,7 @@ fn job_detail(j: &JobView, now: f64) -> String {
         opt(j.ended_at),
         j.interruptions,
         j.preemptions
-    )
+    ) + &j.pending_detail.as_ref().map_or(String::new(), |d| format!("waiting:       {d}\n"))
 }
 
 /// Returns the nodes table: ID POOL TYPE MARKET STATE GPUS FREE JOBS (a protected node's state says so).

@@ -1,0 +1,491 @@
+//! Queue-driven scale-out as a plan: [`Engine::plan_scale_out`] reads the engine's state after scheduling and
+//! returns a [`ScalePlan`] (what to launch, which ready nodes blocked jobs count on, the pending reasons, why each
+//! pool bought less than asked) without changing anything; [`Engine::scale_out`] applies it. The same plan under
+//! other limits answers what-if questions ([`Engine::what_if`]) at the cost of one estimate, with no copy of the
+//! engine.
+
+use crate::config::Market;
+use crate::engine::{Engine, WakeAt};
+use crate::event::{Action, DecisionKind};
+use crate::growth::{NotGrown, PoolChange, WhatIf};
+use crate::model::{JobId, JobState, NodeId, PendingReason};
+use crate::schedule::{Access, job_pools, model_fits};
+use crate::shape::Failed;
+use crate::time::{Time, secs};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most ready nodes per pool whose free GPUs the scale-out estimate counts (the fullest-free first).
+const VIRTUAL_READY_NODES: usize = 64;
+
+/// Free GPUs a blocked job may count on before buying: (free GPUs, GPU model, the ready node or `None` for a
+/// node booting or planned).
+type Virtual = Vec<(u32, String, Option<NodeId>)>;
+
+/// A pool (index) and why it did not grow.
+type PoolWhy = (usize, NotGrown);
+
+/// What one scale-out estimate decided, before anything is applied.
+#[derive(Debug, Default)]
+pub(crate) struct ScalePlan {
+    /// Ready nodes blocked gangs count on (scale-in keeps them).
+    pub claimed: BTreeSet<NodeId>,
+    /// Pools at max with demand they cannot hold: the GPUs per worker of the first job starving there and the
+    /// most workers the pool's best type holds (scale-in may swap nodes too small for it).
+    pub starved: BTreeMap<usize, (u32, u32)>,
+    /// Pending reasons, with why the job's first pool did not grow when it waits for capacity.
+    pub reasons: Vec<(JobId, PendingReason, Option<PoolWhy>)>,
+    /// Interruptible jobs given on-demand capacity where spot was an option.
+    pub fallbacks: Vec<JobId>,
+    /// Nodes to launch per pool and instance type.
+    pub launches: BTreeMap<usize, BTreeMap<usize, u32>>,
+    /// Per pool launched for: (GPUs of the demand, longest wait, tiers as a bit set).
+    pub demand: BTreeMap<usize, (u32, i64, u32)>,
+    /// Per pool that bought less than the demand asked of it: why (the first reason met).
+    pub not_grown: BTreeMap<usize, NotGrown>,
+}
+
+/// Per pool, the limits one estimate works within: its max now and the nodes it may add now.
+pub(crate) struct Limits {
+    pub maxes: Vec<u32>,
+    pub headroom: Vec<u32>,
+}
+
+/// The running state of one estimate: what is planned so far and what the jobs already seen take.
+struct Planner<'e> {
+    e: &'e Engine,
+    limits: Limits,
+    virt: Vec<Virtual>,
+    planned: Vec<u32>,
+    spot_gpus: f64,
+    od_gpus: f64,
+    /// Shapes that found neither room nor a launch since the last launch planned (see `shape`), with whether
+    /// they were held to spot until their fallback time and why their first pool did not grow.
+    no_room: Failed<(bool, Option<(usize, NotGrown)>)>,
+    /// Per tier: how long a job waits for spot before it may fall back to on-demand.
+    fallback_after: Vec<Time>,
+    out: ScalePlan,
+}
+
+/// What one job does in one pool: counts on nodes there, buys there, or neither.
+enum InPool {
+    Fits,
+    Buys,
+    No(Option<NotGrown>),
+}
+
+impl Engine {
+    /// Returns each pool's max and the nodes it may add now (see [`Engine::pool_headroom`]).
+    pub(crate) fn limits(&self) -> Limits {
+        let pools = self.cfg.pools.len();
+        Limits {
+            maxes: (0..pools).map(|p| self.effective_max(p)).collect(),
+            headroom: (0..pools).map(|p| self.pool_headroom(p)).collect(),
+        }
+    }
+
+    /// Buys cloud nodes for blocked jobs that booting nodes will not hold, and for pools below their min.
+    /// Returns the ready nodes blocked jobs count on (scale-in keeps them) and the pools at max that still have
+    /// demand they cannot hold (scale-in may swap an idle node there even at min).
+    /// `shadow` are running jobs that want spot capacity to move to (make before break): spot pools only, no
+    /// pending reasons.
+    pub(crate) fn scale_out(
+        &mut self,
+        blocked: &[JobId],
+        shadow: &[JobId],
+        wake: &mut WakeAt,
+    ) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
+        let plan = self.plan_scale_out(blocked, shadow, self.limits(), wake);
+        self.apply_scale_out(plan)
+    }
+
+    /// Plans scale-out for `blocked` jobs (in queue order) and `shadow` jobs (spot demand ahead of a move) within
+    /// `limits`, and the launches that bring pools to their min. Changes nothing; asks to be woken when a
+    /// decision here may change with time alone (fallback to on-demand, cooldown end, backoff end).
+    pub(crate) fn plan_scale_out(
+        &self,
+        blocked: &[JobId],
+        shadow: &[JobId],
+        limits: Limits,
+        wake: &mut WakeAt,
+    ) -> ScalePlan {
+        let share = self.cfg.policy.spot_share.is_some();
+        let (spot_gpus, od_gpus) = if share { self.interruptible_cloud_gpus() } else { (0.0, 0.0) };
+        let pools = self.cfg.pools.len();
+        let mut planner = Planner {
+            e: self,
+            virt: (0..pools).map(|p| self.virtual_free(p)).collect(),
+            planned: vec![0; pools],
+            limits,
+            spot_gpus,
+            od_gpus,
+            no_room: Failed::default(),
+            fallback_after: self.cfg.tiers.iter().map(|t| secs(t.spot_fallback_after_s.min(1e12))).collect(),
+            out: ScalePlan::default(),
+        };
+        for &id in blocked {
+            planner.job(id, false, wake);
+        }
+        for &id in shadow {
+            planner.job(id, true, wake);
+        }
+        planner.up_to_min(wake);
+        planner.out
+    }
+
+    /// Returns what blocked jobs of pool `p` may count on before buying: its ready nodes with the most free GPUs
+    /// (a gang may need them plus new nodes) and its nodes still booting.
+    fn virtual_free(&self, p: usize) -> Virtual {
+        let ready = self.c.free[p].iter().rev().take(VIRTUAL_READY_NODES).map(|&(f, n)| (f, n, Some(n)));
+        let booting = self.c.pools[p].requested.iter().map(|&n| (self.c.nodes[n.0 as usize].gpus, n, None));
+        ready.chain(booting).map(|(f, n, r)| (f, self.c.nodes[n.0 as usize].gpu_model.clone(), r)).collect()
+    }
+
+    /// Carries out a plan: pending reasons (with why the pool did not grow), fallback records, launches, and a
+    /// `scale_out_blocked` decision when a pool's reason for not growing changes.
+    fn apply_scale_out(&mut self, plan: ScalePlan) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
+        for &(id, reason, why) in &plan.reasons {
+            self.c.jobs[id.0 as usize].not_grown = why.filter(|_| reason == PendingReason::NoCapacity);
+            self.set_pending(id, reason);
+        }
+        for &id in &plan.fallbacks {
+            self.c.counters.fallbacks += 1;
+            self.record(DecisionKind::Fallback, || crate::event::job_subject(id), "spot_unavailable_or_share", || {
+                "interruptible job gets on-demand capacity: spot is backed off, full, slow to come or at its share target".into()
+            });
+        }
+        for p in 0..self.cfg.pools.len() {
+            let why = plan.not_grown.get(&p).copied();
+            if why.map(NotGrown::code) != self.not_grown[p].map(NotGrown::code) {
+                if let Some(why) = why {
+                    let (name, detail) = (self.cfg.pools[p].name.clone(), why.describe(self.now));
+                    self.record(
+                        DecisionKind::ScaleOutBlocked,
+                        || format!("pool:{name}"),
+                        why.code(),
+                        || format!("demand waits: pool {detail}"),
+                    );
+                }
+            }
+            self.not_grown[p] = why;
+        }
+        for (p, types) in plan.launches {
+            self.launch(p, types, plan.demand.get(&p).copied());
+        }
+        (plan.claimed, plan.starved)
+    }
+
+    /// Answers what pool `pool` would launch now for the jobs the last decision pass left waiting (and the running
+    /// jobs that wanted spot capacity to move to) under `change`: one scale-out estimate over the engine's state,
+    /// nothing changed. `None` for an unknown or fixed pool. Jobs placed or ended since that pass are left out.
+    pub fn what_if(&self, pool: &str, change: PoolChange) -> Option<WhatIf> {
+        let p = self.cfg.pools.iter().position(|x| x.name == pool && x.market != Market::Fixed)?;
+        let mut limits = self.limits();
+        if let Some(max) = change.max_nodes {
+            limits.maxes[p] = max;
+        }
+        limits.headroom[p] = self.headroom_within(p, limits.maxes[p], change.ignore_cooldown);
+        let state = |s: JobState| move |id: &&JobId| self.c.jobs.get(id.0 as usize).is_some_and(|j| j.state == s);
+        let blocked: Vec<JobId> = self.last_blocked.iter().filter(state(JobState::Queued)).copied().collect();
+        let shadow: Vec<JobId> = self.last_shadow.iter().filter(state(JobState::Running)).copied().collect();
+        let plan = self.plan_scale_out(&blocked, &shadow, limits, &mut WakeAt::default());
+        let launches = plan.launches.get(&p).map_or(Vec::new(), |types| {
+            types.iter().map(|(&it, &n)| (self.cfg.instance_types[it].name.clone(), n)).collect()
+        });
+        Some(WhatIf {
+            pool: pool.to_string(),
+            launches,
+            not_grown: plan.not_grown.get(&p).copied(),
+            jobs: blocked.len() + shadow.len(),
+        })
+    }
+
+    fn launch(&mut self, pool: usize, types: BTreeMap<usize, u32>, demand: Option<(u32, i64, u32)>) {
+        let now = self.now;
+        let market = self.cfg.pools[pool].market;
+        let mut what = Vec::new();
+        for (it, count) in types {
+            let itx = &self.cfg.instance_types[it];
+            let price = itx.price_usd_per_hour(market).unwrap_or(0.0);
+            let (gpus, model) = (itx.gpus, itx.gpu_model.clone());
+            what.push(format!("{count} x {}", itx.name));
+            for _ in 0..count {
+                let node = self.c.add_node(pool, market, Some(it), model.clone(), gpus, price, now);
+                self.c.counters.nodes_launched += 1;
+                self.actions.push_back(Action::Launch { node, pool, instance_type: it });
+            }
+        }
+        self.c.counters.scale_actions += 1;
+        self.c.pools[pool].last_scale_out = Some(now);
+        let name = self.cfg.pools[pool].name.clone();
+        let tiers: Vec<&str> = self
+            .cfg
+            .tiers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| demand.is_some_and(|d| d.2 & (1 << i) != 0))
+            .map(|(_, t)| t.name.as_str())
+            .collect();
+        let (reason, detail) = match demand {
+            Some((gpus, waited, _)) => (
+                "queued_demand",
+                format!(
+                    "launch {}: {gpus} GPUs of {} demand waiting up to {} s",
+                    what.join(", "),
+                    tiers.join("/"),
+                    waited / 1000
+                ),
+            ),
+            None => ("below_min", format!("launch {}: pool below its (scheduled) min", what.join(", "))),
+        };
+        self.record(DecisionKind::ScaleOut, || format!("pool:{name}"), reason, || detail);
+    }
+
+    /// Returns (GPUs of live spot nodes, GPUs of interruptible jobs on on-demand nodes), for the spot share.
+    fn interruptible_cloud_gpus(&self) -> (f64, f64) {
+        let (mut spot, mut od) = (0.0, 0.0);
+        for (p, pool) in self.cfg.pools.iter().enumerate() {
+            let st = &self.c.pools[p];
+            let nodes = st.ready.iter().chain(st.requested.iter()).map(|n| &self.c.nodes[n.0 as usize]);
+            match pool.market {
+                Market::Spot => spot += nodes.map(|n| n.gpus as f64).sum::<f64>(),
+                Market::OnDemand => {
+                    for n in nodes {
+                        od += n
+                            .jobs
+                            .iter()
+                            .map(|j| &self.c.jobs[j.0 as usize])
+                            .filter(|j| j.interruptible)
+                            .map(|j| j.spec.gpus_per_worker as f64)
+                            .sum::<f64>();
+                    }
+                }
+                Market::Fixed => {}
+            }
+        }
+        (spot, od)
+    }
+}
+
+impl Planner<'_> {
+    /// Plans for one job: counts it on nodes it fits, or buys for it in the first pool that can, and notes its
+    /// pending reason (`is_shadow`: a running job that wants spot capacity to move to; it has none).
+    fn job(&mut self, id: JobId, is_shadow: bool, wake: &mut WakeAt) {
+        let e = self.e;
+        let now = e.now;
+        let job = &e.c.jobs[id.0 as usize];
+        // Its reason stays `checkpointing` until the checkpoint is written; a running job has none.
+        let job_checkpointing = is_shadow || job.not_before.is_some_and(|t| t > now);
+        // A job with a deadline leaves spot when its slack says so (the scheduler pins it), not after a wait.
+        let fallback_at =
+            job.queued_since + if job.deadline_governs() { secs(1e12) } else { self.fallback_after[job.tier] };
+        let access = if is_shadow { Access::spot_only() } else { Access::of(job, now) };
+        let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1;
+        if let Some((held_to_spot, why)) = self.no_room.get(job, access, key) {
+            if held_to_spot {
+                wake.at(fallback_at);
+            }
+            if !job_checkpointing {
+                self.out.reasons.push((id, PendingReason::NoCapacity, why));
+            }
+            return;
+        }
+        let (cands, held_to_spot) = self.candidates(id, access, fallback_at, wake);
+        let mut reason = PendingReason::NoCapacity;
+        let mut first_why: Option<(usize, NotGrown)> = None;
+        for &p in &cands {
+            match self.in_pool(id, p, wake) {
+                InPool::Fits => {
+                    reason = PendingReason::WaitingForNodes;
+                    break;
+                }
+                InPool::Buys => {
+                    // Nodes were added: a shape that found no room may find some on them.
+                    self.no_room.clear();
+                    reason = PendingReason::WaitingForNodes;
+                    break;
+                }
+                InPool::No(why) => {
+                    if let Some(why) = why {
+                        self.out.not_grown.entry(p).or_insert(why);
+                        first_why.get_or_insert((p, why));
+                    }
+                }
+            }
+        }
+        if reason == PendingReason::NoCapacity {
+            self.no_room.insert(&e.c.jobs[id.0 as usize], access, key, (held_to_spot, first_why));
+        }
+        if !job_checkpointing {
+            self.out.reasons.push((id, reason, first_why));
+        }
+    }
+
+    /// Returns the cloud pools a job may buy in, in the order it tries them, and whether it is held to spot
+    /// until its fallback time: before it, an interruptible job buys only spot while spot can launch a type that
+    /// holds it; at the spot share target it tries on-demand first.
+    fn candidates(&self, id: JobId, access: Access, fallback_at: Time, wake: &mut WakeAt) -> (Vec<usize>, bool) {
+        let e = self.e;
+        let (now, job) = (e.now, &e.c.jobs[id.0 as usize]);
+        let mut cands: Vec<usize> = job_pools(&e.cfg, &e.pool_order[job.tier], access)
+            .filter(|&p| e.cfg.pools[p].market != Market::Fixed)
+            .collect();
+        let is_spot = |p: &usize| e.cfg.pools[*p].market == Market::Spot;
+        let has_spot = job.interruptible && e.cfg.tiers[job.tier].markets.contains(&Market::Spot);
+        if !has_spot || cands.iter().all(is_spot) {
+            return (cands, false);
+        }
+        let spot_open = cands.iter().any(|&p| {
+            is_spot(&p)
+                && self.limits.headroom[p] > 0
+                && e.pick_instance_type(p, Some(job), job.spec.workers, u32::MAX, &mut WakeAt::default()).is_some()
+        });
+        let (spot, od) = (self.spot_gpus, self.od_gpus);
+        if e.cfg.policy.spot_share.is_some_and(|target| spot >= target * (spot + od)) {
+            // The spot share of interruptible capacity is at its target: this one goes on-demand first.
+            cands.sort_by_key(|p| is_spot(p));
+        } else if spot_open && now < fallback_at {
+            cands.retain(is_spot);
+            wake.at(fallback_at);
+            return (cands, true);
+        }
+        (cands, false)
+    }
+
+    /// Tries one pool for a job: the nodes it counts on there (ready, booting, planned) hold it, or it buys
+    /// nodes there, or neither (with why the pool did not grow, when that is the reason). A gang claims the ready
+    /// nodes it counts on (so scale-in does not remove them under it) only where the pool can still grow for the
+    /// rest, and not in a pool an earlier job is starving in (there scale-in must be free to swap nodes). Only a
+    /// gang assembles across ready nodes; a single worker that fits a ready node was held back for another
+    /// reason (strict queue order, a reservation) and must not pin it. Claims and starving are judged on what the
+    /// pool holds after this job's own launch, as the next pass would judge them.
+    fn in_pool(&mut self, id: JobId, p: usize, wake: &mut WakeAt) -> InPool {
+        let e = self.e;
+        let (now, job) = (e.now, &e.c.jobs[id.0 as usize]);
+        let (g, w, model) = (job.spec.gpus_per_worker, job.spec.workers, job.spec.gpu_model.as_deref());
+        let room = self.limits.maxes[p].saturating_sub(e.c.pools[p].alive + self.planned[p]);
+        let free_pool = !self.out.starved.contains_key(&p);
+        let claims = |left: u32, room: u32| w > 1 && free_pool && (left == 0 || room > 0);
+        let best = e.best_workers_per_node(p, g, model);
+        let starving = |left: u32, room: u32| best == 0 || room < left.div_ceil(best);
+        let (left, used) = fits_virtual(&mut self.virt[p], g, w, model);
+        if left == 0 {
+            if claims(0, room) {
+                self.out.claimed.extend(ready(&self.virt[p], &used));
+            }
+            return InPool::Fits;
+        }
+        let cooldown = secs(e.cfg.pools[p].scale_out_cooldown_s);
+        // Prefer a type whose nodes fit in the room left; else make progress with the best type.
+        let (pick, why) = if room == 0 {
+            (None, Some(NotGrown::AtMax { max_nodes: self.limits.maxes[p] }))
+        } else if self.limits.headroom[p] == 0 {
+            // Below max, so in its scale-out cooldown (from this very pass if it launched here already): the job
+            // may buy here once it ends.
+            let last = if self.planned[p] > 0 { Some(now) } else { e.c.pools[p].last_scale_out };
+            let until = last.map_or(now, |t| t + cooldown).max(now);
+            wake.at(until);
+            (None, Some(NotGrown::Cooldown { until }))
+        } else {
+            let pick = e.pick_instance_type(p, Some(job), left, room, wake);
+            let pick = pick.or_else(|| e.pick_instance_type(p, Some(job), left, u32::MAX, wake));
+            (pick, pick.is_none().then(|| e.why_no_type(p, g, model)))
+        };
+        let Some((it, nodes)) = pick else {
+            if claims(left, room) {
+                self.out.claimed.extend(ready(&self.virt[p], &used));
+            }
+            if starving(left, room) {
+                // A pool whose max cannot hold the rest of this job beside the nodes it has is starving: scale-in
+                // may swap its idle nodes that are too small.
+                self.out.starved.entry(p).or_insert((g, best));
+            }
+            return InPool::No(why);
+        };
+        let n = nodes.min(self.limits.headroom[p]).min(room);
+        if n < nodes.min(room) {
+            // The step limit cut this launch short: the rest may come when the cooldown this launch starts ends.
+            wake.at(now + cooldown);
+            self.out.not_grown.entry(p).or_insert(NotGrown::StepLimit { until: now + cooldown });
+        }
+        self.buy(id, p, it, n);
+        let (left, used) = fits_virtual(&mut self.virt[p], g, w, model);
+        if claims(left, room - n) {
+            self.out.claimed.extend(ready(&self.virt[p], &used));
+        }
+        if left > 0 && starving(left, room - n) {
+            self.out.starved.entry(p).or_insert((g, best));
+        }
+        InPool::Buys
+    }
+
+    /// Plans `n` nodes of type `it` in pool `p` for job `id`, and counts them as the job's to use.
+    fn buy(&mut self, id: JobId, p: usize, it: usize, n: u32) {
+        let e = self.e;
+        let job = &e.c.jobs[id.0 as usize];
+        let (g, w) = (job.spec.gpus_per_worker, job.spec.workers);
+        self.limits.headroom[p] -= n;
+        self.planned[p] += n;
+        *self.out.launches.entry(p).or_default().entry(it).or_default() += n;
+        let d = self.out.demand.entry(p).or_default();
+        *d = (d.0.saturating_add(g.saturating_mul(w)), d.1.max(e.now - job.queued_since), d.2 | (1 << job.tier));
+        let itx = &e.cfg.instance_types[it];
+        let added = f64::from(n) * f64::from(itx.gpus);
+        if e.cfg.pools[p].market == Market::Spot {
+            self.spot_gpus += added;
+        } else if job.interruptible {
+            self.od_gpus += added;
+            // A fallback only where spot was an option: the tier allows it and a spot pool exists.
+            if e.cfg.tiers[job.tier].markets.contains(&Market::Spot)
+                && e.cfg.pools.iter().any(|p| p.market == Market::Spot)
+            {
+                self.out.fallbacks.push(id);
+            }
+        }
+        self.virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.clone(), None)));
+    }
+
+    /// Plans the launches that bring each cloud pool to its (scheduled) min.
+    fn up_to_min(&mut self, wake: &mut WakeAt) {
+        let e = self.e;
+        for p in 0..e.cfg.pools.len() {
+            if e.cfg.pools[p].market == Market::Fixed {
+                continue;
+            }
+            let min = e.effective_min(p, wake);
+            let have = e.c.pools[p].alive + self.out.launches.get(&p).map_or(0, |m| m.values().sum());
+            if have < min {
+                if let Some((it, _)) = e.pick_instance_type(p, None, 1, u32::MAX, wake) {
+                    *self.out.launches.entry(p).or_default().entry(it).or_default() += min - have;
+                }
+            }
+        }
+    }
+}
+
+/// Takes a job's `w` workers of `g` GPUs (of `model`) out of the virtual free GPUs if all fit; returns the
+/// workers that do not fit and the entries it would use (even when only part of a gang fits), as (index, GPUs).
+fn fits_virtual(v: &mut Virtual, g: u32, w: u32, model: Option<&str>) -> (u32, Vec<(usize, u32)>) {
+    let mut left = w;
+    let mut used: Vec<(usize, u32)> = Vec::new();
+    for (i, (free, m, _)) in v.iter().enumerate() {
+        if left == 0 {
+            break;
+        }
+        if model_fits(model, m) && *free >= g {
+            let k = (free / g).min(left);
+            used.push((i, k * g));
+            left -= k;
+        }
+    }
+    if left == 0 {
+        for &(i, take) in &used {
+            v[i].0 -= take;
+        }
+    }
+    (left, used)
+}
+
+/// Returns the ready nodes among entries `used` of a pool's virtual free GPUs.
+fn ready(v: &Virtual, used: &[(usize, u32)]) -> Vec<NodeId> {
+    used.iter().filter_map(|&(i, _)| v[i].2).collect()
+}
