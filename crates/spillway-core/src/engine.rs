@@ -7,9 +7,8 @@ use crate::cluster::Cluster;
 use crate::config::{Config, GangRoom};
 use crate::event::{Action, Decision, DecisionKind, Event, StopReason, job_subject};
 use crate::model::{Job, JobId, JobSpec, JobState, NodeId, NodeState, PendingReason};
-use crate::queue::Queue;
+use crate::state::{Engine, WakeAt};
 use crate::time::Time;
-use std::collections::VecDeque;
 
 /// Why a job spec was refused; its Display starts with the field at fault (`workers: ...`), which
 /// [`SubmitError::field`] returns.
@@ -201,71 +200,7 @@ fn check_gang_fits(cfg: &Config, tier: usize, spec: &JobSpec) -> Result<(), Subm
     })
 }
 
-/// The engine. Deterministic: the same config, start time and event sequence give the same actions.
-#[derive(Clone)]
-pub struct Engine {
-    pub(crate) cfg: Config,
-    pub(crate) now: Time,
-    pub(crate) queue: Queue,
-    pub(crate) c: Cluster,
-    pub(crate) actions: VecDeque<Action>,
-    /// Whether decisions are recorded as `Action::Record` (a simulator may turn this off for speed).
-    pub(crate) record: bool,
-    /// Per tier: pools the tier may use, fixed first, then cheapest price per GPU-hour first.
-    pub(crate) pool_order: Vec<Vec<usize>>,
-    pub(crate) schedules: Vec<crate::scale::Window>,
-    /// Per pool: step-scaling policy and its band state (pools without bands have none).
-    pub(crate) steps:
-        Vec<Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)>>,
-    /// Per pool: demand history and forecaster for predictive scaling.
-    pub(crate) history: Vec<crate::policies::DemandHistory>,
-    /// Per pool: whether a utilization sample came since step scaling last looked. Step-scaling bands are held
-    /// over samples, so they are observed once per batch of samples, not at every pass (a pass that an unrelated
-    /// wake-up causes would otherwise start or finish a hold).
-    pub(crate) fresh_samples: Vec<bool>,
-    /// Per pool: what step scaling proposed at its last batch of samples (it stands until the next).
-    pub(crate) step_proposals: Vec<Option<crate::autoscale::Proposal>>,
-    /// Per pool: why it did not grow for the demand of the last pass (a `scale_out_blocked` decision is recorded
-    /// when that changes).
-    pub(crate) not_grown: Vec<Option<crate::growth::NotGrown>>,
-    /// The blocked jobs (in queue order) and the spot demand of running jobs the last pass planned scale-out
-    /// for: the snapshot what-if questions are asked about.
-    pub(crate) last_blocked: Vec<JobId>,
-    pub(crate) last_shadow: Vec<JobId>,
-    dirty: bool,
-    pub(crate) next_wake: Option<Time>,
-}
-
 impl Engine {
-    /// Returns an engine for a validated config whose fixed nodes are ready at `now`.
-    pub fn new(cfg: Config, now: Time) -> Engine {
-        let c = Cluster::new(&cfg, now);
-        let pool_order = (0..cfg.tiers.len()).map(|t| crate::scale::pool_order(&cfg, t)).collect();
-        let schedules = crate::scale::Window::compile(&cfg);
-        let steps = cfg.pools.iter().map(crate::policies::step_policy).collect();
-        let history = vec![crate::policies::DemandHistory::default(); cfg.pools.len()];
-        let cfg_pools = cfg.pools.len();
-        Engine {
-            queue: Queue::new(cfg.tiers.len()),
-            cfg,
-            now,
-            c,
-            actions: VecDeque::new(),
-            record: true,
-            pool_order,
-            schedules,
-            steps,
-            history,
-            fresh_samples: vec![false; cfg_pools],
-            step_proposals: vec![None; cfg_pools],
-            not_grown: vec![None; cfg_pools],
-            last_blocked: Vec::new(),
-            last_shadow: Vec::new(),
-            dirty: true,
-            next_wake: None,
-        }
-    }
-
     /// Turns the decision records (`Action::Record`) on or off.
     pub fn set_recording(&mut self, on: bool) {
         self.record = on;
@@ -751,16 +686,5 @@ impl Engine {
         }
         self.c.node_end(node, NodeState::Lost, self.now);
         Ok(())
-    }
-}
-
-/// The earliest time the engine must wake, accumulated during a decision pass.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct WakeAt(pub Option<Time>);
-
-impl WakeAt {
-    /// Asks to wake at `t` (keeps the earliest).
-    pub fn at(&mut self, t: Time) {
-        self.0 = Some(self.0.map_or(t, |w| w.min(t)));
     }
 }

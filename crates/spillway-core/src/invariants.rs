@@ -1,8 +1,8 @@
 //! Safety rules the engine's state must satisfy after every step; the simulator and the property tests call
 //! [`Engine::check_invariants`] and fail loudly on the first broken rule.
 
-use crate::engine::Engine;
 use crate::model::{JobState, NodeState};
+use crate::state::Engine;
 
 impl Engine {
     /// Returns the first broken invariant, if any: GPUs bound within each node's size and matching its jobs;

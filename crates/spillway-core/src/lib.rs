@@ -2,10 +2,7 @@
 //! the sans-I/O [`Engine`]. It reads no clock and no global RNG and does no I/O: time comes in as a value, and
 //! decisions come out as [`Action`]s for a shell (the simulator or the daemon) to carry out.
 
-// Nested `if let` blocks the newest clippy would fold into let-chains are kept while the engine is being reworked
-// (issue 10); the rest of the workspace uses let-chains.
-#![allow(clippy::collapsible_if)]
-
+mod access;
 pub mod autoscale;
 pub mod cluster;
 pub mod config;
@@ -22,11 +19,14 @@ mod scale;
 mod scale_out;
 mod schedule;
 mod shape;
+mod state;
 pub mod time;
+mod window;
 
 pub use config::{Config, ConfigError, GangRoom, Market};
-pub use engine::{Engine, EventError, SubmitError, check_spec};
+pub use engine::{EventError, SubmitError, check_spec};
 pub use event::{Action, Decision, DecisionKind, Event, LaunchError, StopReason};
 pub use growth::{NotGrown, PoolChange, WhatIf};
 pub use model::{Job, JobId, JobSpec, JobState, Node, NodeId, NodeState, PendingReason};
+pub use state::Engine;
 pub use time::Time;

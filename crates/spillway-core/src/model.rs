@@ -33,7 +33,7 @@ pub struct JobSpec {
 
 impl JobSpec {
     /// Returns the GPUs the whole gang asks for (GPUs per worker x workers), or `None` when that overflows a
-    /// `u32` (a spec no cluster can hold; [`crate::check_spec`] refuses it).
+    /// `u32` (a spec no cluster can hold; `check_spec` refuses it).
     pub fn checked_total_gpus(&self) -> Option<u32> {
         self.gpus_per_worker.checked_mul(self.workers)
     }

@@ -4,21 +4,11 @@
 //! which acts as the pool's min; the decision record names the winning policy.
 
 use crate::autoscale::Proposal;
-use crate::autoscale::forecast::{Model, fit, steps_per_day};
+use crate::autoscale::forecast::{fit, steps_per_day};
 use crate::config::{Pool, PredictiveMode};
-use crate::engine::{Engine, WakeAt};
 use crate::event::DecisionKind;
-use crate::time::{Time, secs};
-
-/// Per pool: the demand history in buckets and the fitted forecaster.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct DemandHistory {
-    bucket_start: Option<Time>,
-    bucket_max: f64,
-    values: Vec<f64>,
-    model: Option<Model>,
-    fitted_at: usize,
-}
+use crate::state::{Engine, WakeAt};
+use crate::time::secs;
 
 impl Engine {
     /// Updates each metric-driven pool's wanted nodes from its nodes' GPU utilization: target tracking (AWS's
@@ -176,31 +166,4 @@ impl Engine {
 /// Returns the GPUs of a node of the pool's first (preferred) instance type.
 fn node_gpus(e: &Engine, pool: &Pool) -> u32 {
     pool.instance_types.first().and_then(|n| e.cfg.instance_type_index(n)).map_or(1, |i| e.cfg.instance_types[i].gpus)
-}
-
-/// Returns a pool's step-scaling policy (cooldowns from the pool) with fresh band state, or `None` without bands.
-pub(crate) fn step_policy(
-    pool: &crate::config::Pool,
-) -> Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)> {
-    use crate::autoscale::step_scaling::{Bound, StepBand, StepScaling, StepState};
-    if pool.step_scaling.is_empty() {
-        return None;
-    }
-    let bands = pool
-        .step_scaling
-        .iter()
-        .map(|b| StepBand {
-            when: b.above.map_or_else(|| Bound::Below(b.below.unwrap_or(0.0)), Bound::Above),
-            hold_s: b.hold_s,
-            adjust_nodes: b.adjust_nodes,
-        })
-        .collect();
-    let policy = StepScaling {
-        metric: "gpu_utilization".into(),
-        bands,
-        scale_out_cooldown_s: pool.scale_out_cooldown_s,
-        scale_in_cooldown_s: pool.scale_in_cooldown_s,
-    };
-    let state = StepState::new(&policy);
-    Some((policy, state))
 }

@@ -4,11 +4,12 @@
 //! only when a spot node that fits is ready. A deadline job moves only while ahead of uniform progress. Without
 //! this, a long job that fell back once would pay the on-demand price for the rest of its run.
 
+use crate::access::Access;
 use crate::config::Market;
-use crate::engine::{Engine, WakeAt};
+use crate::config::model_fits;
 use crate::event::{DecisionKind, StopReason, job_subject};
 use crate::model::{JobId, JobState};
-use crate::schedule::{Access, model_fits};
+use crate::state::{Engine, WakeAt};
 use crate::time::{Millis, Time, secs};
 
 /// Most jobs moved or asking for spot in one pass.

@@ -2,117 +2,13 @@
 //! cheapest new nodes, within max, step limit, cooldown and offering backoff), scale-in of nodes idle past the
 //! pool's timeout (never below the effective min, never a protected node), and scheduled minimums.
 
-use crate::config::{Config, Market};
-use crate::engine::{Engine, WakeAt};
+use crate::config::{Market, model_fits};
 use crate::event::{Action, DecisionKind};
 use crate::growth::NotGrown;
 use crate::model::{Job, NodeId, NodeState};
-use crate::schedule::model_fits;
+use crate::state::{Engine, WakeAt};
 use crate::time::{Time, secs};
 use std::collections::{BTreeMap, BTreeSet};
-use std::str::FromStr;
-
-/// Returns the pools `tier` may use in placement order: fixed first, then cheapest price per GPU-hour.
-pub(crate) fn pool_order(cfg: &Config, tier: usize) -> Vec<usize> {
-    let markets = &cfg.tiers[tier].markets;
-    let mut pools: Vec<(bool, f64, usize)> = cfg
-        .pools
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| markets.contains(&p.market))
-        .map(|(i, p)| (p.market != Market::Fixed, gpu_price(cfg, i), i))
-        .collect();
-    pools.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
-    pools.into_iter().map(|(_, _, i)| i).collect()
-}
-
-/// Returns a pool's lowest price per GPU-hour.
-pub(crate) fn gpu_price(cfg: &Config, pool: usize) -> f64 {
-    let p = &cfg.pools[pool];
-    if p.market == Market::Fixed {
-        return p.gpu_usd_per_hour;
-    }
-    p.instance_types
-        .iter()
-        .filter_map(|n| cfg.instance_type_index(n))
-        .filter_map(|i| {
-            let it = &cfg.instance_types[i];
-            it.price_usd_per_hour(p.market).map(|price| price / it.gpus as f64)
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
-/// A compiled scheduled policy: a cron window that sets a pool's min, max or desired nodes while open.
-#[derive(Debug, Clone)]
-pub(crate) struct Window {
-    pool: usize,
-    cron: croner::Cron,
-    tz: chrono_tz::Tz,
-    duration_ms: i64,
-    min_nodes: Option<u32>,
-    max_nodes: Option<u32>,
-    desired_nodes: Option<u32>,
-    /// The state last computed: (at, open, next change). It holds from `at` until the next change, so a pass
-    /// evaluates the cron expression only when the window opened or closed since (see [`Window::refresh`]).
-    known: Option<(Time, bool, Option<Time>)>,
-}
-
-impl Window {
-    /// Compiles the config's schedules (validated already, so parsing cannot fail here; a failure skips it).
-    pub fn compile(cfg: &Config) -> Vec<Window> {
-        cfg.schedules
-            .iter()
-            .filter_map(|s| {
-                Some(Window {
-                    pool: cfg.pools.iter().position(|p| p.name == s.pool)?,
-                    cron: croner::Cron::from_str(&s.cron).ok()?,
-                    tz: chrono_tz::Tz::from_str(&s.timezone).ok()?,
-                    duration_ms: secs(s.duration_s),
-                    min_nodes: s.min_nodes,
-                    max_nodes: s.max_nodes,
-                    desired_nodes: s.desired_nodes,
-                    known: None,
-                })
-            })
-            .collect()
-    }
-
-    /// Returns whether the window is open at `now`, and the next time its state may change: the state kept by
-    /// the last [`Window::refresh`] while it holds, else computed.
-    fn state(&self, now: Time) -> (bool, Option<Time>) {
-        match self.known {
-            Some((_, open, next)) if self.holds(now) => (open, next),
-            _ => self.compute(now),
-        }
-    }
-
-    /// Returns whether the kept state is the state at `now`.
-    fn holds(&self, now: Time) -> bool {
-        matches!(self.known, Some((at, _, next)) if at <= now && next.is_none_or(|n| now < n))
-    }
-
-    /// Keeps the state at `now` (time never runs backwards in the engine, so it holds until its next change).
-    pub(crate) fn refresh(&mut self, now: Time) {
-        if !self.holds(now) {
-            let (open, next) = self.compute(now);
-            self.known = Some((now, open, next));
-        }
-    }
-
-    /// Evaluates the cron expression: whether the window is open at `now`, and when that next changes.
-    fn compute(&self, now: Time) -> (bool, Option<Time>) {
-        use chrono::TimeZone;
-        let at = |t: Time| self.tz.timestamp_millis_opt(t).single();
-        // Whole seconds: the cron library carries the start's fraction of a second into the occurrence it finds,
-        // and cron times fall on whole minutes anyway.
-        let Some(from) = at((now - self.duration_ms).div_euclid(1000) * 1000) else { return (false, None) };
-        match self.cron.find_next_occurrence(&from, false) {
-            Ok(fire) if fire.timestamp_millis() <= now => (true, Some(fire.timestamp_millis() + self.duration_ms)),
-            Ok(fire) => (false, Some(fire.timestamp_millis())),
-            Err(_) => (false, None),
-        }
-    }
-}
 
 impl Engine {
     /// Returns the pool's (min, max) now: its configured values as set by open schedule windows (a window's
@@ -205,11 +101,11 @@ impl Engine {
             if it.gpus < gpus || !model_fits(model, &it.gpu_model) {
                 continue;
             }
-            if let Some(&(until, _)) = self.c.backoff.get(&(pool, i)) {
-                if until > self.now {
-                    wake.at(until);
-                    continue;
-                }
+            if let Some(&(until, _)) = self.c.backoff.get(&(pool, i))
+                && until > self.now
+            {
+                wake.at(until);
+                continue;
             }
             if p.market == Market::Spot && !self.under_offering_cap(pool, i) {
                 continue;

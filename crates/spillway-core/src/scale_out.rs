@@ -4,13 +4,14 @@
 //! other limits answers what-if questions ([`Engine::what_if`]) at the cost of one estimate, with no copy of the
 //! engine.
 
+use crate::access::{Access, job_pools};
 use crate::config::Market;
-use crate::engine::{Engine, WakeAt};
+use crate::config::model_fits;
 use crate::event::{Action, DecisionKind};
 use crate::growth::{NotGrown, PoolChange, WhatIf};
 use crate::model::{JobId, JobState, NodeId, PendingReason};
-use crate::schedule::{Access, job_pools, model_fits};
 use crate::shape::Failed;
+use crate::state::{Engine, WakeAt};
 use crate::time::{Time, secs};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,7 +20,7 @@ const VIRTUAL_READY_NODES: usize = 64;
 
 /// Free GPUs a blocked job may count on before buying: (free GPUs, GPU model, the ready node or `None` for a
 /// node booting or planned).
-type Virtual = Vec<(u32, String, Option<NodeId>)>;
+type Virtual<'e> = Vec<(u32, &'e str, Option<NodeId>)>;
 
 /// A pool (index) and why it did not grow.
 type PoolWhy = (usize, NotGrown);
@@ -54,7 +55,7 @@ pub(crate) struct Limits {
 struct Planner<'e> {
     e: &'e Engine,
     limits: Limits,
-    virt: Vec<Virtual>,
+    virt: Vec<Virtual<'e>>,
     planned: Vec<u32>,
     spot_gpus: f64,
     od_gpus: f64,
@@ -134,10 +135,10 @@ impl Engine {
 
     /// Returns what blocked jobs of pool `p` may count on before buying: its ready nodes with the most free GPUs
     /// (a gang may need them plus new nodes) and its nodes still booting.
-    fn virtual_free(&self, p: usize) -> Virtual {
+    fn virtual_free(&self, p: usize) -> Virtual<'_> {
         let ready = self.c.free[p].iter().rev().take(VIRTUAL_READY_NODES).map(|&(f, n)| (f, n, Some(n)));
         let booting = self.c.pools[p].requested.iter().map(|&n| (self.c.nodes[n.0 as usize].gpus, n, None));
-        ready.chain(booting).map(|(f, n, r)| (f, self.c.nodes[n.0 as usize].gpu_model.clone(), r)).collect()
+        ready.chain(booting).map(|(f, n, r)| (f, self.c.nodes[n.0 as usize].gpu_model.as_str(), r)).collect()
     }
 
     /// Carries out a plan: pending reasons (with why the pool did not grow), fallback records, launches, and a
@@ -155,16 +156,16 @@ impl Engine {
         }
         for p in 0..self.cfg.pools.len() {
             let why = plan.not_grown.get(&p).copied();
-            if why.map(NotGrown::code) != self.not_grown[p].map(NotGrown::code) {
-                if let Some(why) = why {
-                    let (name, detail) = (self.cfg.pools[p].name.clone(), why.describe(self.now));
-                    self.record(
-                        DecisionKind::ScaleOutBlocked,
-                        || format!("pool:{name}"),
-                        why.code(),
-                        || format!("demand waits: pool {detail}"),
-                    );
-                }
+            if why.map(NotGrown::code) != self.not_grown[p].map(NotGrown::code)
+                && let Some(why) = why
+            {
+                let (name, detail) = (self.cfg.pools[p].name.clone(), why.describe(self.now));
+                self.record(
+                    DecisionKind::ScaleOutBlocked,
+                    || format!("pool:{name}"),
+                    why.code(),
+                    || format!("demand waits: pool {detail}"),
+                );
             }
             self.not_grown[p] = why;
         }
@@ -441,7 +442,7 @@ impl Planner<'_> {
                 self.out.fallbacks.push(id);
             }
         }
-        self.virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.clone(), None)));
+        self.virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.as_str(), None)));
     }
 
     /// Plans the launches that bring each cloud pool to its (scheduled) min.
@@ -453,10 +454,10 @@ impl Planner<'_> {
             }
             let min = e.effective_min(p, wake);
             let have = e.c.pools[p].alive + self.out.launches.get(&p).map_or(0, |m| m.values().sum());
-            if have < min {
-                if let Some((it, _)) = e.pick_instance_type(p, None, 1, u32::MAX, wake) {
-                    *self.out.launches.entry(p).or_default().entry(it).or_default() += min - have;
-                }
+            if have < min
+                && let Some((it, _)) = e.pick_instance_type(p, None, 1, u32::MAX, wake)
+            {
+                *self.out.launches.entry(p).or_default().entry(it).or_default() += min - have;
             }
         }
     }
@@ -464,7 +465,7 @@ impl Planner<'_> {
 
 /// Takes a job's `w` workers of `g` GPUs (of `model`) out of the virtual free GPUs if all fit; returns the
 /// workers that do not fit and the entries it would use (even when only part of a gang fits), as (index, GPUs).
-fn fits_virtual(v: &mut Virtual, g: u32, w: u32, model: Option<&str>) -> (u32, Vec<(usize, u32)>) {
+fn fits_virtual(v: &mut Virtual<'_>, g: u32, w: u32, model: Option<&str>) -> (u32, Vec<(usize, u32)>) {
     let mut left = w;
     let mut used: Vec<(usize, u32)> = Vec::new();
     for (i, (free, m, _)) in v.iter().enumerate() {
@@ -486,6 +487,6 @@ fn fits_virtual(v: &mut Virtual, g: u32, w: u32, model: Option<&str>) -> (u32, V
 }
 
 /// Returns the ready nodes among entries `used` of a pool's virtual free GPUs.
-fn ready(v: &Virtual, used: &[(usize, u32)]) -> Vec<NodeId> {
+fn ready(v: &Virtual<'_>, used: &[(usize, u32)]) -> Vec<NodeId> {
     used.iter().filter_map(|&(i, _)| v[i].2).collect()
 }

@@ -3,12 +3,13 @@
 //! back for blocked multi-GPU jobs so smaller jobs backfill only around them, and preempts strictly lower tiers
 //! when a job would otherwise miss its queue-wait SLO.
 
+use crate::access::{Access, job_pools, uniform_progress_at};
 use crate::cluster::Cluster;
-use crate::config::{ANY_MODEL, Config, DeadlinePolicy, Market};
-use crate::engine::{Engine, WakeAt};
+use crate::config::{Config, DeadlinePolicy, Market, model_fits};
 use crate::event::{DecisionKind, StopReason, job_subject};
 use crate::model::{Job, JobId, JobState, NodeId, NodeState, PendingReason};
 use crate::shape::Failed;
+use crate::state::{Engine, WakeAt};
 use crate::time::{Time, secs};
 
 /// Most jobs one pass preempts for.
@@ -37,72 +38,6 @@ impl Need {
             access: Access::of(job, now),
             tier: job.tier,
         }
-    }
-}
-
-/// Returns whether a node of `model` can hold a job asking for `want` (one model, or alternatives separated by
-/// `|`, such as `A100|H100`).
-pub(crate) fn model_fits(want: Option<&str>, model: &str) -> bool {
-    model == ANY_MODEL || want.is_none_or(|w| w.split('|').any(|m| m.trim() == model))
-}
-
-/// Returns the pools `job` may run on, in placement order.
-pub(crate) fn job_pools<'a>(cfg: &'a Config, order: &'a [usize], access: Access) -> impl Iterator<Item = usize> + 'a {
-    order.iter().copied().filter(move |&p| match cfg.pools[p].market {
-        Market::Spot => access.spot,
-        Market::OnDemand => access.on_demand,
-        Market::Fixed => true,
-    })
-}
-
-/// Which cloud markets a job may use now (within its tier's markets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Access {
-    pub spot: bool,
-    pub on_demand: bool,
-}
-
-impl Access {
-    /// Returns a job's access at `now`: spot only when interruptible; an interruptible job with a deadline and a
-    /// duration waits for spot (or fixed) until its slack pins it to on-demand; a job just moved back to spot
-    /// does not bounce onto on-demand again for a while.
-    pub(crate) fn of(job: &Job, now: Time) -> Access {
-        let back_on_spot = job.interruptible && job.spot_only_until.is_some_and(|t| t > now);
-        // Uniform progress: a deadline job may use on-demand only while it is behind the straight line from
-        // submission (no work) to its deadline (all work); ahead of it, it waits for spot.
-        let waits_for_spot = job.interruptible
-            && match job.uniform_progress {
-                true => uniform_progress_at(job).is_some_and(|t| now < t),
-                // Greedy: spot until the slack runs out and the job is pinned.
-                false => job.deadline_governs(),
-            };
-        Access { spot: job.interruptible, on_demand: !waits_for_spot && !back_on_spot }
-    }
-
-    /// Returns whether a running job is ahead of uniform progress by at least `slack_ms` (always true for a job
-    /// without a deadline and a duration).
-    pub(crate) fn ahead_of_uniform(job: &Job, now: Time, slack_ms: Time) -> bool {
-        let (Some(deadline), Some(total)) = (job.spec.deadline, job.spec.expected_duration_ms) else { return true };
-        let span = (deadline - job.submitted).max(1);
-        let done = job.saved_work_ms + job.attempt_start.map_or(0, |s| (now - s).max(0));
-        let line = (total as i128 * (now - job.submitted).max(0) as i128 / span as i128) as Time;
-        done >= line + slack_ms
-    }
-}
-
-/// Returns when a deadline job falls behind uniform progress (its saved work equals the share of its duration that
-/// the time since submission is of the time to its deadline), or `None` without a deadline and a duration.
-pub(crate) fn uniform_progress_at(job: &Job) -> Option<Time> {
-    let (deadline, total) = (job.spec.deadline?, job.spec.expected_duration_ms?);
-    let span = (deadline - job.submitted).max(1);
-    let done = job.saved_work_ms.clamp(0, total);
-    Some(job.submitted + (done as i128 * span as i128 / total.max(1) as i128) as Time)
-}
-
-impl Access {
-    /// Returns spot-only access (buying spot capacity ahead of moving a running job there).
-    pub(crate) fn spot_only() -> Access {
-        Access { spot: true, on_demand: false }
     }
 }
 
@@ -181,52 +116,81 @@ fn find_victims(
     let (g, w) = (job.g, job.w as usize);
     let want = job.model.as_deref();
     let prio = cfg.tiers[job.tier].priority;
+    // One buffer for every node's candidates (a pass may look at hundreds of nodes for each of 16 jobs).
+    let mut cands: Vec<(i128, JobId, u32)> = Vec::new();
     for pool in job_pools(cfg, order, job.access) {
-        // (lost GPU-ms, node, victims) per candidate node.
-        let mut options: Vec<(i128, NodeId, Vec<JobId>)> = Vec::new();
+        // (lost GPU-ms, node) per candidate node; its victims are found again for the nodes chosen.
+        let mut options: Vec<(i128, NodeId)> = Vec::new();
         let nodes = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]).filter(|n| n.gpus >= g);
         for node in nodes.filter(|n| model_fits(want, &n.gpu_model)).take(cfg.policy.preemption_node_limit) {
-            let mut cands: Vec<(i128, JobId, u32)> = node
-                .jobs
-                .iter()
-                .map(|&v| &c.jobs[v.0 as usize])
-                .filter(|v| {
-                    let t = &cfg.tiers[v.tier];
-                    // Jobs bound earlier in this pass are not running yet and are never victims.
-                    v.state == JobState::Running && t.priority > prio && t.preemptible && v.interruptible
-                })
-                .map(|v| {
-                    let held: u32 = v.placement.iter().filter(|(n, _)| *n == node.id).map(|(_, x)| x).sum();
-                    (v.unsaved_work_ms(now) as i128 * v.total_gpus() as i128, v.id, held)
-                })
-                .collect();
-            cands.sort();
-            let (mut free, mut cost, mut victims) = (node.free(), 0i128, Vec::new());
-            for (lost, v, held) in cands {
-                if free >= g {
-                    break;
-                }
-                free += held;
-                cost += lost;
-                victims.push(v);
-            }
-            if free >= g && !victims.is_empty() || node.free() >= g {
-                options.push((cost, node.id, victims));
+            if let Some((cost, victims)) = node_victims(c, cfg, prio, node, g, now, &mut cands)
+                && (victims > 0 || node.free() >= g)
+            {
+                options.push((cost, node.id));
             }
         }
         if options.len() >= w {
             options.sort();
             let chosen = &options[..w];
-            let mut victims: Vec<JobId> = chosen.iter().flat_map(|(_, _, v)| v.iter().copied()).collect();
+            let mut victims: Vec<JobId> = Vec::new();
+            for &(_, n) in chosen {
+                node_victims(c, cfg, prio, &c.nodes[n.0 as usize], g, now, &mut cands);
+                victims.extend(cands.iter().map(|&(_, v, _)| v));
+            }
             victims.sort();
             victims.dedup();
             if victims.is_empty() {
                 continue;
             }
-            return Some((chosen.iter().map(|(_, n, _)| *n).collect(), victims));
+            return Some((chosen.iter().map(|&(_, n)| n).collect(), victims));
         }
     }
     None
+}
+
+/// Finds the jobs to stop on `node` so it has `g` free GPUs: running jobs of tiers below priority `prio` that
+/// are preemptible and interruptible, those that lose the least work first. Returns (work lost in GPU-ms, how
+/// many), leaving the victims in `cands`; `None` when stopping every candidate does not free enough. A node
+/// with `g` GPUs free already needs none.
+fn node_victims(
+    c: &Cluster,
+    cfg: &Config,
+    prio: u32,
+    node: &crate::model::Node,
+    g: u32,
+    now: Time,
+    cands: &mut Vec<(i128, JobId, u32)>,
+) -> Option<(i128, usize)> {
+    cands.clear();
+    if node.free() >= g {
+        return Some((0, 0));
+    }
+    cands.extend(
+        node.jobs
+            .iter()
+            .map(|&v| &c.jobs[v.0 as usize])
+            .filter(|v| {
+                let t = &cfg.tiers[v.tier];
+                // Jobs bound earlier in this pass are not running yet and are never victims.
+                v.state == JobState::Running && t.priority > prio && t.preemptible && v.interruptible
+            })
+            .map(|v| {
+                let held: u32 = v.placement.iter().filter(|(n, _)| *n == node.id).map(|(_, x)| x).sum();
+                (v.unsaved_work_ms(now) as i128 * v.total_gpus() as i128, v.id, held)
+            }),
+    );
+    cands.sort();
+    let (mut free, mut cost, mut taken) = (node.free(), 0i128, 0usize);
+    for &(lost, _, held) in cands.iter() {
+        if free >= g {
+            break;
+        }
+        free += held;
+        cost += lost;
+        taken += 1;
+    }
+    cands.truncate(taken);
+    (free >= g).then_some((cost, taken))
 }
 
 impl Engine {

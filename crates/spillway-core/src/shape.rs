@@ -6,8 +6,8 @@
 //! either until then: the pass asks [`Failed`] instead of searching again, which makes its cost per blocked job a
 //! comparison instead of a walk over the nodes. Results are exactly those of searching every time.
 
+use crate::access::Access;
 use crate::model::Job;
-use crate::schedule::Access;
 
 /// Most shapes one memo keeps: a queue of thousands of distinct shapes (a hostile one) degrades to searching
 /// for each job, never to a long scan of the memo.

@@ -9,6 +9,7 @@
 //! ```
 
 pub mod forecast;
+pub(crate) mod history;
 pub mod step_scaling;
 pub mod target_tracking;
 

@@ -467,7 +467,7 @@ impl Config {
     fn fixed_gang_room(&self, pool: usize, g: u32, model: Option<&str>) -> GangRoom {
         // Counts in u64: a group's count times its workers per node can pass u32 in a hostile config.
         let (mut workers, mut nodes) = (0u64, 0u64);
-        for n in self.pools[pool].nodes.iter().filter(|n| crate::schedule::model_fits(model, &n.gpu_model)) {
+        for n in self.pools[pool].nodes.iter().filter(|n| model_fits(model, &n.gpu_model)) {
             let per = u64::from(n.gpus / g);
             if per > 0 {
                 workers = workers.saturating_add(u64::from(n.count).saturating_mul(per));
@@ -486,7 +486,7 @@ impl Config {
             .iter()
             .filter_map(|n| self.instance_type_index(n))
             .map(|i| &self.instance_types[i])
-            .filter(|it| it.price_usd_per_hour(p.market).is_some() && crate::schedule::model_fits(model, &it.gpu_model))
+            .filter(|it| it.price_usd_per_hour(p.market).is_some() && model_fits(model, &it.gpu_model))
             .map(|it| it.gpus / g)
             .max()
             .unwrap_or(0);
@@ -616,4 +616,40 @@ fn default_cluster_name() -> String {
 }
 fn default_start() -> String {
     "2025-01-06T00:00:00Z".into()
+}
+
+/// Returns whether a node of `model` can hold a job asking for `want` (one model, or alternatives separated by
+/// `|`, such as `A100|H100`).
+pub(crate) fn model_fits(want: Option<&str>, model: &str) -> bool {
+    model == ANY_MODEL || want.is_none_or(|w| w.split('|').any(|m| m.trim() == model))
+}
+
+impl Pool {
+    /// Returns the pool's step-scaling policy (cooldowns from the pool) with fresh band state, or `None` without bands.
+    pub(crate) fn step_policy(
+        &self,
+    ) -> Option<(crate::autoscale::step_scaling::StepScaling, crate::autoscale::step_scaling::StepState)> {
+        use crate::autoscale::step_scaling::{Bound, StepBand, StepScaling, StepState};
+        let pool = self;
+        if pool.step_scaling.is_empty() {
+            return None;
+        }
+        let bands = pool
+            .step_scaling
+            .iter()
+            .map(|b| StepBand {
+                when: b.above.map_or_else(|| Bound::Below(b.below.unwrap_or(0.0)), Bound::Above),
+                hold_s: b.hold_s,
+                adjust_nodes: b.adjust_nodes,
+            })
+            .collect();
+        let policy = StepScaling {
+            metric: "gpu_utilization".into(),
+            bands,
+            scale_out_cooldown_s: pool.scale_out_cooldown_s,
+            scale_in_cooldown_s: pool.scale_in_cooldown_s,
+        };
+        let state = StepState::new(&policy);
+        Some((policy, state))
+    }
 }

@@ -1,0 +1,96 @@
+//! Which pools a job may use, in which order, and which markets it may use now: what placement, preemption and
+//! scale-out all ask first.
+
+use crate::config::{Config, Market};
+use crate::model::Job;
+use crate::time::Time;
+
+/// Returns the pools `job` may run on, in placement order.
+pub(crate) fn job_pools<'a>(cfg: &'a Config, order: &'a [usize], access: Access) -> impl Iterator<Item = usize> + 'a {
+    order.iter().copied().filter(move |&p| match cfg.pools[p].market {
+        Market::Spot => access.spot,
+        Market::OnDemand => access.on_demand,
+        Market::Fixed => true,
+    })
+}
+
+/// Which cloud markets a job may use now (within its tier's markets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Access {
+    pub spot: bool,
+    pub on_demand: bool,
+}
+
+impl Access {
+    /// Returns a job's access at `now`: spot only when interruptible; an interruptible job with a deadline and a
+    /// duration waits for spot (or fixed) until its slack pins it to on-demand; a job just moved back to spot
+    /// does not bounce onto on-demand again for a while.
+    pub(crate) fn of(job: &Job, now: Time) -> Access {
+        let back_on_spot = job.interruptible && job.spot_only_until.is_some_and(|t| t > now);
+        // Uniform progress: a deadline job may use on-demand only while it is behind the straight line from
+        // submission (no work) to its deadline (all work); ahead of it, it waits for spot.
+        let waits_for_spot = job.interruptible
+            && match job.uniform_progress {
+                true => uniform_progress_at(job).is_some_and(|t| now < t),
+                // Greedy: spot until the slack runs out and the job is pinned.
+                false => job.deadline_governs(),
+            };
+        Access { spot: job.interruptible, on_demand: !waits_for_spot && !back_on_spot }
+    }
+
+    /// Returns whether a running job is ahead of uniform progress by at least `slack_ms` (always true for a job
+    /// without a deadline and a duration).
+    pub(crate) fn ahead_of_uniform(job: &Job, now: Time, slack_ms: Time) -> bool {
+        let (Some(deadline), Some(total)) = (job.spec.deadline, job.spec.expected_duration_ms) else { return true };
+        let span = (deadline - job.submitted).max(1);
+        let done = job.saved_work_ms + job.attempt_start.map_or(0, |s| (now - s).max(0));
+        let line = (total as i128 * (now - job.submitted).max(0) as i128 / span as i128) as Time;
+        done >= line + slack_ms
+    }
+}
+
+/// Returns when a deadline job falls behind uniform progress (its saved work equals the share of its duration that
+/// the time since submission is of the time to its deadline), or `None` without a deadline and a duration.
+pub(crate) fn uniform_progress_at(job: &Job) -> Option<Time> {
+    let (deadline, total) = (job.spec.deadline?, job.spec.expected_duration_ms?);
+    let span = (deadline - job.submitted).max(1);
+    let done = job.saved_work_ms.clamp(0, total);
+    Some(job.submitted + (done as i128 * span as i128 / total.max(1) as i128) as Time)
+}
+
+impl Access {
+    /// Returns spot-only access (buying spot capacity ahead of moving a running job there).
+    pub(crate) fn spot_only() -> Access {
+        Access { spot: true, on_demand: false }
+    }
+}
+
+/// Returns the pools `tier` may use in placement order: fixed first, then cheapest price per GPU-hour.
+pub(crate) fn pool_order(cfg: &Config, tier: usize) -> Vec<usize> {
+    let markets = &cfg.tiers[tier].markets;
+    let mut pools: Vec<(bool, f64, usize)> = cfg
+        .pools
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| markets.contains(&p.market))
+        .map(|(i, p)| (p.market != Market::Fixed, gpu_price(cfg, i), i))
+        .collect();
+    pools.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+    pools.into_iter().map(|(_, _, i)| i).collect()
+}
+
+/// Returns a pool's lowest price per GPU-hour.
+pub(crate) fn gpu_price(cfg: &Config, pool: usize) -> f64 {
+    let p = &cfg.pools[pool];
+    if p.market == Market::Fixed {
+        return p.gpu_usd_per_hour;
+    }
+    p.instance_types
+        .iter()
+        .filter_map(|n| cfg.instance_type_index(n))
+        .filter_map(|i| {
+            let it = &cfg.instance_types[i];
+            it.price_usd_per_hour(p.market).map(|price| price / it.gpus as f64)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
