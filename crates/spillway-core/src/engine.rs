@@ -201,6 +201,14 @@ fn check_gang_fits(cfg: &Config, tier: usize, spec: &JobSpec) -> Result<(), Subm
 }
 
 impl Engine {
+    /// For tests: makes every decision pass search placement, victims and scale-out afresh for each job rather
+    /// than remember the job shapes that found none earlier in the pass. The decisions are the same either way
+    /// (`tests/proptest_engine.rs` checks it); only the time differs.
+    #[doc(hidden)]
+    pub fn set_exhaustive_search(&mut self, on: bool) {
+        self.exhaustive = on;
+    }
+
     /// Turns the decision records (`Action::Record`) on or off.
     pub fn set_recording(&mut self, on: bool) {
         self.record = on;

@@ -224,7 +224,8 @@ impl Engine {
         // order), and where the last job started.
         let (mut first_hold, mut last_start): (Option<usize>, Option<usize>) = (None, None);
         {
-            let Engine { queue, c, cfg, pool_order, .. } = self;
+            let Engine { queue, c, cfg, pool_order, exhaustive, .. } = self;
+            let remember = !*exhaustive;
             let cfg: &Config = cfg;
             for id in queue.cursor(shares, weights) {
                 scanned += 1;
@@ -290,7 +291,8 @@ impl Engine {
                 let order = &pool_order[job.tier];
                 let access = Access::of(job, now);
                 let (g, w, tier) = (job.spec.gpus_per_worker, job.spec.workers, job.tier);
-                if !strict_block && !no_room.contains(job, access) {
+                let known_full = remember && no_room.contains(job, access);
+                if !strict_block && !known_full {
                     if let Some(placement) = find_placement(c, cfg, order, &Need::of(job, now)) {
                         for &(n, g) in &placement {
                             c.bind(id, n, g);
@@ -307,7 +309,7 @@ impl Engine {
                     let offset = *slot.get_or_insert_with(|| preemption_offset(cfg, c, order, tier, access));
                     if let Some(at) = offset.map(|o| c.jobs[id.0 as usize].queued_since + o) {
                         let job = &c.jobs[id.0 as usize];
-                        let victims = if at > now || no_victims.contains(job, access) {
+                        let victims = if at > now || (remember && no_victims.contains(job, access)) {
                             None
                         } else {
                             find_victims(c, cfg, order, &Need::of(job, now), now)

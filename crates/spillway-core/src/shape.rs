@@ -51,9 +51,12 @@ impl<V: Copy> Failed<V> {
         self.shapes.iter().find(|(s, _)| s.matches(job, access, extra)).map(|&(_, v)| v)
     }
 
-    /// Notes that `job` found no room (ignored once the memo is full).
+    /// Notes that `job` found no room, with `value` (replacing what was kept for its shape; ignored once the
+    /// memo is full).
     pub(crate) fn insert(&mut self, job: &Job, access: Access, extra: u8, value: V) {
-        if self.shapes.len() < MAX_SHAPES && self.get(job, access, extra).is_none() {
+        if let Some(kept) = self.shapes.iter_mut().find(|(s, _)| s.matches(job, access, extra)) {
+            kept.1 = value;
+        } else if self.shapes.len() < MAX_SHAPES {
             let shape = Shape {
                 g: job.spec.gpus_per_worker,
                 w: job.spec.workers,

@@ -41,6 +41,9 @@ pub struct Engine {
     /// for: the snapshot what-if questions are asked about.
     pub(crate) last_blocked: Vec<JobId>,
     pub(crate) last_shadow: Vec<JobId>,
+    /// For tests: search afresh for every job instead of remembering the shapes that found no room in a pass
+    /// (see `shape`); the results must be the same.
+    pub(crate) exhaustive: bool,
     pub(crate) dirty: bool,
     pub(crate) next_wake: Option<Time>,
 }
@@ -70,6 +73,7 @@ impl Engine {
             not_grown: vec![None; cfg_pools],
             last_blocked: Vec::new(),
             last_shadow: Vec::new(),
+            exhaustive: false,
             dirty: true,
             next_wake: None,
         }

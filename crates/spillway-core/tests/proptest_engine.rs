@@ -702,10 +702,17 @@ struct Run {
 /// for no wake-up (the scale-in after the work), within the same bounds. With `keep_notes` the trace of the run
 /// (what `SPILLWAY_PT_TRACE` prints) comes back too.
 fn drive_with(case: &Case, extra: &[Time], tail: bool, keep_notes: bool) -> Result<Run, String> {
+    drive_opts(case, extra, tail, keep_notes, false)
+}
+
+/// [`drive_with`], with the engine searching afresh for every job when `exhaustive` (see
+/// `Engine::set_exhaustive_search`).
+fn drive_opts(case: &Case, extra: &[Time], tail: bool, keep_notes: bool, exhaustive: bool) -> Result<Run, String> {
     let toml = config_toml(&case.params, case.rich.as_ref());
     let cfg = Config::parse("prop.toml", &toml).map_err(|e| format!("generated config refused: {e}\n{toml}"))?;
     let jobs = workload(&cfg, case);
-    let e = Engine::new(cfg.clone(), 0);
+    let mut e = Engine::new(cfg.clone(), 0);
+    e.set_exhaustive_search(exhaustive);
     let trace = std::env::var_os("SPILLWAY_PT_TRACE").is_some();
     let mut w = World {
         case,
@@ -933,6 +940,21 @@ proptest! {
         specs in prop::collection::vec((0u8..3, any::<u32>(), 0u32..23, any::<u32>()), 1..=120),
     ) {
         check_wakes(&case, &specs)?;
+    }
+
+    /// A pass remembers the job shapes that found no placement, no victims or no scale-out and does not search
+    /// for them again until capacity grows: that changes no action and no instant, on the plain and the rich
+    /// cases.
+    #[test]
+    fn remembering_shapes_that_found_no_room_changes_no_action(plain in case(), rich in rich_case()) {
+        for case in [&plain, &rich] {
+            let fast = drive_opts(case, &[], true, false, false).map_err(TestCaseError::fail)?;
+            let slow = drive_opts(case, &[], true, false, true).map_err(TestCaseError::fail)?;
+            if let Some(why) = first_difference(&slow.log, &fast.log, &[]) {
+                let cfg = config_toml(&case.params, case.rich.as_ref());
+                return Err(TestCaseError::fail(format!("searching afresh vs remembering: {why}\nconfig:\n{cfg}")));
+            }
+        }
     }
 
     #[test]
