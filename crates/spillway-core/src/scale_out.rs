@@ -60,11 +60,13 @@ struct Planner<'e> {
     spot_gpus: f64,
     od_gpus: f64,
     /// Shapes that found neither room nor a launch since the last launch planned (see `shape`), with whether
-    /// they were held to spot until their fallback time, why their first pool did not grow, and `taken` then.
-    no_room: Failed<(bool, Option<PoolWhy>, u64)>,
-    /// How many jobs took virtual free GPUs so far. A gang that found no room may still claim ready nodes, and
-    /// which ones depends on what earlier jobs took: a remembered gang counts only while this has not moved.
-    taken: u64,
+    /// they were held to spot until their fallback time, why their first pool did not grow, the pools it tried
+    /// (a bit each) and what [`Planner::taken_in`] them said then.
+    no_room: Failed<(bool, Option<PoolWhy>, u64, u64)>,
+    /// Per pool: how many jobs took its virtual free GPUs so far. A gang that found no room may still claim
+    /// ready nodes, and which ones depends on what earlier jobs took there: a remembered gang counts only while
+    /// nothing was taken since in the pools it tried.
+    taken: Vec<u64>,
     /// Per tier: how long a job waits for spot before it may fall back to on-demand.
     fallback_after: Vec<Time>,
     out: ScalePlan,
@@ -123,7 +125,7 @@ impl Engine {
             spot_gpus,
             od_gpus,
             no_room: Failed::default(),
-            taken: 0,
+            taken: vec![0; pools],
             fallback_after: self.cfg.tiers.iter().map(|t| secs(t.spot_fallback_after_s.min(1e12))).collect(),
             out: ScalePlan::default(),
         };
@@ -285,11 +287,11 @@ impl Planner<'_> {
             job.queued_since + if job.deadline_governs() { secs(1e12) } else { self.fallback_after[job.tier] };
         let access = if is_shadow { Access::spot_only() } else { Access::of(job, now) };
         let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1;
-        let remembered = self.no_room.get(job, access, key).filter(|&(.., taken)| {
+        let remembered = self.no_room.get(job, access, key).filter(|&(.., mask, taken)| {
             // A single worker claims nothing, and one that found no room finds none while GPUs are only taken.
-            !e.exhaustive && (job.spec.workers == 1 || taken == self.taken)
+            !e.exhaustive && (job.spec.workers == 1 || taken == self.taken_in(mask))
         });
-        if let Some((held_to_spot, why, _)) = remembered {
+        if let Some((held_to_spot, why, ..)) = remembered {
             if held_to_spot {
                 wake.at(fallback_at);
             }
@@ -322,11 +324,20 @@ impl Planner<'_> {
             }
         }
         if reason == PendingReason::NoCapacity {
-            self.no_room.insert(&e.c.jobs[id.0 as usize], access, key, (held_to_spot, first_why, self.taken));
+            let mask = cands.iter().fold(0u64, |m, &p| m | 1u64.checked_shl(p as u32).unwrap_or(u64::MAX));
+            let kept = (held_to_spot, first_why, mask, self.taken_in(mask));
+            self.no_room.insert(&e.c.jobs[id.0 as usize], access, key, kept);
         }
         if !job_checkpointing {
             self.out.reasons.push((id, reason, first_why));
         }
+    }
+
+    /// Returns how many jobs took virtual free GPUs so far in the pools of `mask` (bit p: pool p; pools past 63
+    /// all count under the last bit).
+    fn taken_in(&self, mask: u64) -> u64 {
+        let bit = |p: usize| 1u64.checked_shl(p as u32).unwrap_or(1 << 63);
+        self.taken.iter().enumerate().filter(|&(p, _)| mask & bit(p) != 0).map(|(_, &t)| t).sum()
     }
 
     /// Returns the cloud pools a job may buy in, in the order it tries them, and whether it is held to spot
@@ -378,7 +389,7 @@ impl Planner<'_> {
         let starving = |left: u32, room: u32| best == 0 || room < left.div_ceil(best);
         let (left, used) = fits_virtual(&mut self.virt[p], g, w, model);
         if left == 0 {
-            self.taken += 1;
+            self.taken[p] += 1;
             if claims(0, room) {
                 self.out.claimed.extend(ready(&self.virt[p], &used));
             }
@@ -419,7 +430,7 @@ impl Planner<'_> {
         }
         self.buy(id, p, it, n);
         let (left, used) = fits_virtual(&mut self.virt[p], g, w, model);
-        self.taken += u64::from(left == 0);
+        self.taken[p] += u64::from(left == 0);
         if claims(left, room - n) {
             self.out.claimed.extend(ready(&self.virt[p], &used));
         }
