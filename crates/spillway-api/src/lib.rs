@@ -301,6 +301,30 @@ pub struct PoolView {
     pub protected: bool,
 }
 
+/// `GET /v1/pools/{name}/what-if?max_nodes=N[&ignore_cooldown=true]`: what the pool would launch now for the
+/// jobs the last decision pass left waiting, were its max `N`; nothing is changed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfView {
+    pub pool: String,
+    /// The max the answer assumes.
+    pub max_nodes: u32,
+    /// Nodes it would launch now, per instance type.
+    pub launches: Vec<WhatIfLaunch>,
+    /// Why it would still buy less than the waiting demand asks (stable code), if it would.
+    pub not_grown: Option<String>,
+    /// The same, for people.
+    pub not_grown_detail: Option<String>,
+    /// Jobs the answer looked at (waiting, or running and wanting spot capacity to move to).
+    pub jobs: usize,
+}
+
+/// One instance type of a [`WhatIfView`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfLaunch {
+    pub instance_type: String,
+    pub nodes: u32,
+}
+
 /// `POST /v1/pools/{name}/scale`: new bounds; an absent field keeps its value.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -74,6 +74,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/pools", get(list_pools))
         .route("/v1/pools/{name}/scale", post(scale_pool))
         .route("/v1/pools/{name}/protect", post(protect_pool))
+        .route("/v1/pools/{name}/what-if", get(pool_what_if))
         .route("/v1/events", get(list_events))
         .route("/v1/cost", get(cost))
         .route("/v1/agent/heartbeat", post(heartbeat))
@@ -546,6 +547,48 @@ async fn protect_pool(State(s): S, headers: HeaderMap, name: RawPath, body: Byte
     let v = views::pools(&st).into_iter().nth(pool);
     drop(st);
     s.flush();
+    Ok(axum::Json(v).into_response())
+}
+
+/// The query of `GET /v1/pools/{name}/what-if`, as sent.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WhatIfQuery {
+    max_nodes: Option<String>,
+    ignore_cooldown: Option<String>,
+}
+
+/// `GET /v1/pools/{name}/what-if?max_nodes=N[&ignore_cooldown=true]`: what a cloud pool would launch now for the
+/// jobs the last decision pass left waiting, were its max `N` (default: its max now); changes nothing.
+async fn pool_what_if(State(s): S, headers: HeaderMap, name: RawPath, RawQuery(raw): RawQuery) -> ApiResult<Response> {
+    user(&s, &headers)?;
+    let name = path_name(name)?;
+    let q: WhatIfQuery = query(raw.as_deref())?;
+    let max_nodes = number::<u32>("max_nodes", q.max_nodes.as_deref())?;
+    let ignore_cooldown = match q.ignore_cooldown.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(v) => return Err(bad("ignore_cooldown", format!("ignore_cooldown: {} is not true or false", shown(v)))),
+    };
+    let st = s.state();
+    let pool = pool_index(&st, &name)?;
+    let change = spillway_core::PoolChange { max_nodes, ignore_cooldown };
+    let Some(w) = st.engine.what_if(&name, change) else {
+        return Err(ApiError::new(StatusCode::CONFLICT, format!("pool `{name}` is fixed: it never launches nodes")));
+    };
+    let now = st.engine.now();
+    let v = spillway_api::WhatIfView {
+        pool: w.pool,
+        max_nodes: max_nodes.unwrap_or(st.engine.config().pools[pool].max_nodes),
+        launches: w
+            .launches
+            .into_iter()
+            .map(|(instance_type, nodes)| spillway_api::WhatIfLaunch { instance_type, nodes })
+            .collect(),
+        not_grown: w.not_grown.map(|g| g.code().to_string()),
+        not_grown_detail: w.not_grown.map(|g| g.describe(now)),
+        jobs: w.jobs,
+    };
     Ok(axum::Json(v).into_response())
 }
 

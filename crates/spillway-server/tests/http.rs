@@ -326,6 +326,11 @@ impl Reply {
 
 impl Daemon {
     fn start(name: &str) -> Daemon {
+        Daemon::start_with(name, CONFIG)
+    }
+
+    /// A daemon on `config` (TOML).
+    fn start_with(name: &str, config: &str) -> Daemon {
         let dir = std::env::temp_dir().join(format!("spillway-http-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let opts = ServeOptions {
@@ -340,7 +345,7 @@ impl Daemon {
                 run_as: None,
             },
             config_name: "http.toml".into(),
-            config_text: CONFIG.into(),
+            config_text: config.into(),
             listen: "127.0.0.1:0".parse().expect("an address"),
             agent_command: vec!["/bin/sh".into(), "-c".into(), "exec sleep 3600".into(), "agent".into()],
             stop_nodes_on_exit: true,
@@ -742,4 +747,61 @@ fn the_openapi_document_lists_the_limits_and_paging() {
             && params.iter().any(|p| p["name"] == "limit" && p["schema"]["maximum"] == 1000)
     );
     assert!(doc["paths"]["/v1/events"]["get"]["responses"]["200"]["headers"]["X-Next-Cursor"].is_object());
+}
+
+#[test]
+fn what_if_answers_for_a_cloud_pool_and_refuses_bad_questions() {
+    // Nothing ever boots here (the agent is a stand-in), so an 8-GPU job past the owned node waits on `cloud`.
+    let cloud = r#"
+[[instance_types]]
+name = "g8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 20.0
+
+[[pools]]
+name = "cloud"
+market = "on_demand"
+instance_types = ["g8"]
+max_nodes = 1
+min_step_nodes = 8
+"#;
+    let config = format!("{CONFIG}{cloud}");
+    let d = Daemon::start_with("what-if", &config);
+    for name in ["a", "b", "c", "d"] {
+        let mut j = job(name);
+        j["gpus"] = json!(8);
+        j["tier"] = json!("p0");
+        assert_eq!(d.submit(&j).status, 201);
+    }
+    // The stand-in agents never report, so the jobs wait; the cloud pool's one node (booting) is counted on for
+    // one of them. Asked with a max of 4 past its cooldown, it would buy a node for each of the others.
+    let ask = "/v1/pools/cloud/what-if?max_nodes=4&ignore_cooldown=true";
+    let (mut w, mut last) = (Value::Null, Value::Null);
+    for _ in 0..100 {
+        w = d.call("GET", ask, Some(&d.research), None).json();
+        if w == last && w["jobs"].as_u64().is_some_and(|j| j >= 3) {
+            break;
+        }
+        last = w.clone();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let jobs = w["jobs"].as_u64().expect("a job count");
+    assert!((3..=4).contains(&jobs), "{w}");
+    assert_eq!(w["max_nodes"], json!(4));
+    assert_eq!(w["launches"], json!([{"instance_type": "g8", "nodes": jobs - 1}]), "{w}");
+    let now = d.get("/v1/pools/cloud/what-if").json();
+    assert_eq!(now["launches"], json!([]), "at its max of 1 it buys nothing: {now}");
+    assert!(now["not_grown"] == json!("at_max") || now["not_grown"] == json!("cooldown"), "{now}");
+    let pools = d.get("/v1/pools").json();
+    assert_eq!(pools[1]["max_nodes"], json!(1), "asking changed nothing: {pools}");
+
+    d.get("/v1/pools/onprem/what-if").assert_error(409, None, "a fixed pool");
+    d.get("/v1/pools/nope/what-if").assert_error(404, None, "an unknown pool");
+    d.get("/v1/pools/cloud/what-if?max_nodes=abc").assert_error(422, Some("max_nodes"), "max_nodes=abc");
+    d.get("/v1/pools/cloud/what-if?max_nodes=-1").assert_error(422, Some("max_nodes"), "max_nodes=-1");
+    d.get("/v1/pools/cloud/what-if?max_nodes=4294967296").assert_error(422, Some("max_nodes"), "past u32");
+    d.get("/v1/pools/cloud/what-if?ignore_cooldown=maybe").assert_error(422, Some("ignore_cooldown"), "maybe");
+    d.get("/v1/pools/cloud/what-if?bogus=1").assert_error(422, Some("bogus"), "an unknown parameter");
+    d.call("GET", "/v1/pools/cloud/what-if", None, None).assert_error(401, None, "no token");
 }

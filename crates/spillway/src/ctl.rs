@@ -5,7 +5,7 @@ use crate::client::{CliError, Client, Conn, EXIT_OTHER, connect, query, segment,
 use anyhow::{Context, Result};
 use clap::{ArgAction, Args, Subcommand};
 use serde_json::Value;
-use spillway_api::{CostView, EventView, JobSubmit, JobView, NodeView, PoolScale, PoolView, Protect};
+use spillway_api::{CostView, EventView, JobSubmit, JobView, NodeView, PoolScale, PoolView, Protect, WhatIfView};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -121,6 +121,15 @@ pub enum PoolsCommand {
         name: String,
         #[arg(long)]
         off: bool,
+    },
+    /// Show what a pool would launch now for the waiting jobs were its max --max (changes nothing).
+    WhatIf {
+        name: String,
+        #[arg(long)]
+        max: Option<u32>,
+        /// Answer as if the pool were out of its scale-out cooldown.
+        #[arg(long)]
+        ignore_cooldown: bool,
     },
 }
 
@@ -312,6 +321,14 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
                 )?,
                 PoolsCommand::Protect { name, off } => client
                     .post_json(&format!("/v1/pools/{}/protect", segment(&name)), Some(&Protect { protected: !off }))?,
+                PoolsCommand::WhatIf { name, max, ignore_cooldown } => {
+                    let mut q = query(&[("max_nodes", max.map(|m| m.to_string()))]);
+                    if ignore_cooldown {
+                        q.push(("ignore_cooldown", "true".to_string()));
+                    }
+                    let v = client.get_json(&format!("/v1/pools/{}/what-if", segment(&name)), &q)?;
+                    return show(v, conn.output, |w: WhatIfView| what_if_text(&w));
+                }
             };
             show(v, conn.output, |p: PoolView| pools_table(&[p]))
         }
@@ -478,6 +495,14 @@ fn job_detail(j: &JobView, now: f64) -> String {
         j.interruptions,
         j.preemptions
     ) + &j.pending_detail.as_ref().map_or(String::new(), |d| format!("waiting:       {d}\n"))
+}
+
+/// Returns a what-if answer for people: the launches, and why the pool would still buy less than asked.
+fn what_if_text(w: &WhatIfView) -> String {
+    let launches: Vec<String> = w.launches.iter().map(|l| format!("{} x {}", l.nodes, l.instance_type)).collect();
+    let what = if launches.is_empty() { "nothing".to_string() } else { launches.join(", ") };
+    let why = w.not_grown_detail.as_ref().map_or(String::new(), |d| format!("; still short: {d}"));
+    format!("pool {} at max {}: would launch {what} for {} waiting jobs{why}\n", w.pool, w.max_nodes, w.jobs)
 }
 
 /// Returns the nodes table: ID POOL TYPE MARKET STATE GPUS FREE JOBS (a protected node's state says so).
