@@ -8,8 +8,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "why", rename_all = "snake_case")]
 pub enum NotGrown {
-    /// The pool has its (scheduled) max of nodes, counting those launched in this pass.
-    AtMax { max_nodes: u32 },
+    /// The pool has its (scheduled) max of nodes or more (`nodes`, counting those launched in this pass; more
+    /// when the max was lowered under it).
+    AtMax { max_nodes: u32, nodes: u32 },
     /// The pool launched recently; it may launch again at `until`.
     Cooldown { until: Time },
     /// The step limit cut this pass's launch short; the rest may come when the cooldown ends at `until`.
@@ -39,7 +40,10 @@ impl NotGrown {
     pub fn describe(self, now: Time) -> String {
         let s = |t: Time| (t - now).max(0) / 1000;
         match self {
-            NotGrown::AtMax { max_nodes } => format!("at its max of {max_nodes} nodes"),
+            NotGrown::AtMax { max_nodes, nodes } if nodes > max_nodes => {
+                format!("above its max: {nodes} nodes of {max_nodes}")
+            }
+            NotGrown::AtMax { max_nodes, .. } => format!("at its max of {max_nodes} nodes"),
             NotGrown::Cooldown { until } => format!("in its scale-out cooldown for {} s more", s(until)),
             NotGrown::StepLimit { until } => format!("step limit reached; more after the cooldown, in {} s", s(until)),
             NotGrown::BackedOff { until } => format!("its fitting instance types are backed off for {} s", s(until)),

@@ -147,19 +147,23 @@ impl Engine {
         ready.chain(booting).map(|(f, n, r)| (f, self.c.nodes[n.0 as usize].gpu_model.as_str(), r)).collect()
     }
 
-    /// Carries out a plan: pending reasons (with why the pool did not grow), fallback records, launches, and a
-    /// `scale_out_blocked` decision when a pool's reason for not growing changes.
+    /// Carries out a plan: pending reasons (with why the pool did not grow), fallback records, launches, then a
+    /// `scale_out_blocked` decision where a pool's reason for not growing changed.
     fn apply_scale_out(&mut self, plan: ScalePlan) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
-        for &(id, reason, why) in &plan.reasons {
-            self.c.jobs[id.0 as usize].not_grown = why.filter(|_| reason == PendingReason::NoCapacity);
-            self.set_pending(id, reason);
-        }
         for &id in &plan.fallbacks {
             self.c.counters.fallbacks += 1;
             self.record(DecisionKind::Fallback, || crate::event::job_subject(id), "spot_unavailable_or_share", || {
                 "interruptible job gets on-demand capacity: spot is backed off, full, slow to come or at its share target".into()
             });
         }
+        for (p, types) in plan.launches {
+            self.launch(p, types, plan.demand.get(&p).copied());
+        }
+        for &(id, reason, why) in &plan.reasons {
+            self.c.jobs[id.0 as usize].not_grown = why.filter(|_| reason == PendingReason::NoCapacity);
+            self.set_pending(id, reason);
+        }
+        // After the launches, so "at its max" reads true of the pool as this pass leaves it.
         for p in 0..self.cfg.pools.len() {
             let why = plan.not_grown.get(&p).copied();
             if why.map(NotGrown::code) != self.not_grown[p].map(NotGrown::code)
@@ -174,9 +178,6 @@ impl Engine {
                 );
             }
             self.not_grown[p] = why;
-        }
-        for (p, types) in plan.launches {
-            self.launch(p, types, plan.demand.get(&p).copied());
         }
         (plan.claimed, plan.starved)
     }
@@ -398,14 +399,16 @@ impl Planner<'_> {
         let cooldown = secs(e.cfg.pools[p].scale_out_cooldown_s);
         // Prefer a type whose nodes fit in the room left; else make progress with the best type.
         let (pick, why) = if room == 0 {
-            (None, Some(NotGrown::AtMax { max_nodes: self.limits.maxes[p] }))
+            let nodes = e.c.pools[p].alive + self.planned[p];
+            (None, Some(NotGrown::AtMax { max_nodes: self.limits.maxes[p], nodes }))
         } else if self.limits.headroom[p] == 0 {
-            // Below max, so in its scale-out cooldown (from this very pass if it launched here already): the job
-            // may buy here once it ends.
-            let last = if self.planned[p] > 0 { Some(now) } else { e.c.pools[p].last_scale_out };
+            // Below max, so in its scale-out cooldown, or at the step limit of a launch in this very pass (whose
+            // cooldown starts now): the job may buy here once it ends.
+            let stepped = self.planned[p] > 0;
+            let last = if stepped { Some(now) } else { e.c.pools[p].last_scale_out };
             let until = last.map_or(now, |t| t + cooldown).max(now);
             wake.at(until);
-            (None, Some(NotGrown::Cooldown { until }))
+            (None, Some(if stepped { NotGrown::StepLimit { until } } else { NotGrown::Cooldown { until } }))
         } else {
             let pick = e.pick_instance_type(p, Some(job), left, room, wake);
             let pick = pick.or_else(|| e.pick_instance_type(p, Some(job), left, u32::MAX, wake));

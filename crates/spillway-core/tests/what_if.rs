@@ -57,12 +57,12 @@ fn what_if_a_larger_max_is_what_the_pool_then_launches() {
     assert_eq!(h.alive(1), 3, "the spot pool is at its max of 3");
     let at_max = h.e.what_if("spot", PoolChange::default()).expect("spot is a cloud pool");
     assert!(at_max.launches.is_empty(), "at max it buys nothing: {at_max:?}");
-    assert_eq!(at_max.not_grown, Some(NotGrown::AtMax { max_nodes: 3 }));
+    assert_eq!(at_max.not_grown, Some(NotGrown::AtMax { max_nodes: 3, nodes: 3 }));
     assert_eq!(at_max.jobs, 16, "16 of the 20 jobs wait (1 owned + 3 spot nodes run 4)");
 
     let answer = h.e.what_if("spot", PoolChange { max_nodes: Some(12), ..PoolChange::default() }).expect("pool");
     assert_eq!(answer.launches, vec![("g8".to_string(), 9)], "{answer:?}");
-    assert_eq!(answer.not_grown, Some(NotGrown::AtMax { max_nodes: 12 }), "7 jobs still wait at 12");
+    assert_eq!(answer.not_grown, Some(NotGrown::AtMax { max_nodes: 12, nodes: 12 }), "7 jobs still wait at 12");
     // The question changed nothing: asking again gives the same answer, and no action is pending.
     assert_eq!(h.e.what_if("spot", PoolChange { max_nodes: Some(12), ..PoolChange::default() }), Some(answer.clone()));
     assert!(h.drain().is_empty());
@@ -107,7 +107,7 @@ fn a_pool_that_stops_growing_says_why_in_decisions_and_pending_details() {
     assert!(blocked.iter().all(|d| d.subject == "pool:spot" && d.detail.contains("max of 3")), "{blocked:?}");
     let waiting: Vec<_> = h.e.cluster().jobs.iter().filter(|j| j.pending == PendingReason::NoCapacity).collect();
     assert_eq!(waiting.len(), 16);
-    assert!(waiting.iter().all(|j| j.not_grown == Some((1, NotGrown::AtMax { max_nodes: 3 }))));
+    assert!(waiting.iter().all(|j| j.not_grown == Some((1, NotGrown::AtMax { max_nodes: 3, nodes: 3 }))));
     let pending = h.records_of(DecisionKind::JobPending, "no_capacity");
     assert!(pending.iter().any(|d| d.detail.contains("pool spot: at its max of 3 nodes")), "{pending:?}");
     // The same reason is not recorded again on every pass.

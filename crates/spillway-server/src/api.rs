@@ -559,9 +559,10 @@ struct WhatIfQuery {
 }
 
 /// `GET /v1/pools/{name}/what-if?max_nodes=N[&ignore_cooldown=true]`: what a cloud pool would launch now for the
-/// jobs the last decision pass left waiting, were its max `N` (default: its max now); changes nothing.
+/// jobs the last decision pass left waiting, were its max `N` (default: its max now); changes nothing (admin).
 async fn pool_what_if(State(s): S, headers: HeaderMap, name: RawPath, RawQuery(raw): RawQuery) -> ApiResult<Response> {
-    user(&s, &headers)?;
+    // Admin: the answer counts every team's waiting jobs.
+    admin(&s, &headers)?;
     let name = path_name(name)?;
     let q: WhatIfQuery = query(raw.as_deref())?;
     let max_nodes = number::<u32>("max_nodes", q.max_nodes.as_deref())?;

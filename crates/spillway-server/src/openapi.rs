@@ -154,7 +154,7 @@ pub fn document() -> Value {
             "/v1/pools": {"get": op("List pools", None, "200", list("PoolView"))},
             "/v1/pools/{name}/scale": {"parameters": id_param("name", "string"), "post": op("Set a pool's min/max nodes (admin)", Some("PoolScale"), "200", r("PoolView"))},
             "/v1/pools/{name}/protect": {"parameters": id_param("name", "string"), "post": op("Protect a pool from scale-in (admin)", Some("Protect"), "200", r("PoolView"))},
-            "/v1/pools/{name}/what-if": {"parameters": id_param("name", "string"), "get": op("What a pool would launch now under another max (?max_nodes=N&ignore_cooldown=true); changes nothing", None, "200", r("WhatIfView"))},
+            "/v1/pools/{name}/what-if": {"parameters": id_param("name", "string"), "get": op("What a pool would launch now under another max (?max_nodes=N&ignore_cooldown=true); changes nothing (admin)", None, "200", r("WhatIfView"))},
             "/v1/events": {"get": paged("The decision log, oldest first (admin); at most one of job, node, pool", "EventView",
                 "the X-Next-Cursor of the previous page, or any sequence number N: the page starts at the first kept event with seq >= N", event_params)},
             "/v1/cost": {"get": cost},

@@ -779,7 +779,7 @@ min_step_nodes = 8
     let ask = "/v1/pools/cloud/what-if?max_nodes=4&ignore_cooldown=true";
     let (mut w, mut last) = (Value::Null, Value::Null);
     for _ in 0..100 {
-        w = d.call("GET", ask, Some(&d.research), None).json();
+        w = d.get(ask).json();
         if w == last && w["jobs"].as_u64().is_some_and(|j| j >= 3) {
             break;
         }
@@ -804,4 +804,6 @@ min_step_nodes = 8
     d.get("/v1/pools/cloud/what-if?ignore_cooldown=maybe").assert_error(422, Some("ignore_cooldown"), "maybe");
     d.get("/v1/pools/cloud/what-if?bogus=1").assert_error(422, Some("bogus"), "an unknown parameter");
     d.call("GET", "/v1/pools/cloud/what-if", None, None).assert_error(401, None, "no token");
+    // It counts every team's waiting jobs: a team token may not ask.
+    d.call("GET", "/v1/pools/cloud/what-if", Some(&d.research), None).assert_error(403, None, "a team token");
 }

@@ -94,8 +94,22 @@ pub fn run(args: Args) -> Result<()> {
     let spot_traces =
         args.spot_trace.iter().map(|a| spillway_sim::spot::resolve(&cfg, a)).collect::<Result<Vec<_>, _>>()?;
     // Decisions go to events.jsonl as they are made: a long trace's records are never all held in memory.
+    // They go to `events.jsonl.partial`, renamed when the run has ended and every other output is written; the
+    // outputs of an earlier run in the same dir are removed first, so a dir never mixes two runs.
+    if args.out.exists() && !args.out.is_dir() {
+        anyhow::bail!("--out {} is not a directory", args.out.display());
+    }
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let events_path = args.out.join("events.jsonl");
+    for old in ["report.json", "timeseries.csv", "events.jsonl", "report.html"] {
+        let path = args.out.join(old);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing the earlier {}", path.display()));
+            }
+            _ => {}
+        }
+    }
+    let events_path = args.out.join("events.jsonl.partial");
     let events = std::fs::File::create(&events_path).with_context(|| format!("creating {}", events_path.display()))?;
     let sink = std::sync::Arc::new(std::sync::Mutex::new(EventWriter {
         out: std::io::BufWriter::new(events),
@@ -139,6 +153,9 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("writing {}", events_path.display()))?;
     write_outputs(&args.out, &cmp, cfg.start_ms)
         .with_context(|| format!("writing reports to {}", args.out.display()))?;
+    let done = args.out.join("events.jsonl");
+    std::fs::rename(&events_path, &done)
+        .with_context(|| format!("renaming {} to {}", events_path.display(), done.display()))?;
     println!("\nwrote {0}/report.json, {0}/timeseries.csv, {0}/events.jsonl, {0}/report.html", args.out.display());
     Ok(())
 }
