@@ -246,8 +246,9 @@ impl Engine {
         if let Some(quota) = self.c.teams[team].quota_gpus.filter(|&q| need > q) {
             return Err(SubmitError::OverQuota { need, team: spec.team.clone(), quota });
         }
+        let (per_worker, model) = (spec.gpus_per_worker, spec.gpu_model.clone());
         let id = self.add_job(now, spec, tier, team, JobState::Queued);
-        self.queue.register(id, need);
+        self.queue.register(id, need, per_worker, model.as_deref());
         self.queue.push(tier, team, now, id);
         self.dirty = true;
         Ok(id)

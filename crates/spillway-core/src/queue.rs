@@ -14,27 +14,65 @@ pub struct Queue {
     len: usize,
     /// GPUs each job needs in all, indexed by job id; the cursor adds them to a team's share as it passes.
     gpus: Vec<u32>,
+    /// Per job id: its kind (GPUs per worker and GPU model, interned in `kind_list`).
+    kind_of: Vec<u32>,
+    kind_ids: BTreeMap<(u32, Option<String>), u32>,
+    kind_list: Vec<(u32, Option<String>)>,
+    /// Per tier: queued jobs per kind.
+    kinds: Vec<BTreeMap<u32, usize>>,
 }
 
 impl Queue {
     /// Returns an empty queue for `tiers` tiers.
     pub fn new(tiers: usize) -> Queue {
-        Queue { tiers: vec![BTreeMap::new(); tiers], len: 0, gpus: Vec::new() }
+        Queue {
+            tiers: vec![BTreeMap::new(); tiers],
+            len: 0,
+            gpus: Vec::new(),
+            kind_of: Vec::new(),
+            kind_ids: BTreeMap::new(),
+            kind_list: Vec::new(),
+            kinds: vec![BTreeMap::new(); tiers],
+        }
     }
 
-    /// Records how many GPUs job `job` needs in all (once, when it is submitted).
-    pub fn register(&mut self, job: JobId, gpus: u32) {
+    /// Records how many GPUs job `job` needs in all, and its kind: GPUs per worker and GPU model (once, when it
+    /// is submitted).
+    pub fn register(&mut self, job: JobId, gpus: u32, per_worker: u32, model: Option<&str>) {
         let i = job.0 as usize;
         if self.gpus.len() <= i {
             self.gpus.resize(i + 1, 0);
+            self.kind_of.resize(i + 1, 0);
         }
         self.gpus[i] = gpus;
+        let key = (per_worker, model.map(str::to_string));
+        let next = self.kind_list.len() as u32;
+        let kind = *self.kind_ids.entry(key.clone()).or_insert(next);
+        if kind == next {
+            self.kind_list.push(key);
+        }
+        self.kind_of[i] = kind;
+    }
+
+    /// Returns the kinds (GPUs per worker, GPU model) of the jobs queued in `tier`.
+    pub fn kinds(&self, tier: usize) -> impl Iterator<Item = (u32, Option<&str>)> + '_ {
+        self.kinds[tier].keys().map(|&k| (self.kind_list[k as usize].0, self.kind_list[k as usize].1.as_deref()))
+    }
+
+    fn count_kind(&mut self, tier: usize, job: JobId, delta: isize) {
+        let kind = self.kind_of.get(job.0 as usize).copied().unwrap_or(0);
+        let n = self.kinds[tier].entry(kind).or_insert(0);
+        *n = n.saturating_add_signed(delta);
+        if *n == 0 {
+            self.kinds[tier].remove(&kind);
+        }
     }
 
     /// Adds a job; `key` is its original submission time, so a requeued job keeps its place.
     pub fn push(&mut self, tier: usize, team: usize, key: Time, job: JobId) {
         if self.tiers[tier].entry(team).or_default().insert((key, job)) {
             self.len += 1;
+            self.count_kind(tier, job, 1);
         }
     }
 
@@ -47,6 +85,7 @@ impl Queue {
         }
         if removed {
             self.len -= 1;
+            self.count_kind(tier, job, -1);
         }
         removed
     }
@@ -182,7 +221,7 @@ mod tests {
     #[test]
     fn higher_tiers_come_first_then_age() {
         let mut q = Queue::new(2);
-        (0..3).for_each(|i| q.register(JobId(i), 1));
+        (0..3).for_each(|i| q.register(JobId(i), 1, 1, None));
         q.push(1, 0, 0, JobId(0));
         q.push(0, 0, 50, JobId(1));
         q.push(0, 0, 10, JobId(2));
@@ -193,7 +232,7 @@ mod tests {
     #[test]
     fn a_team_over_its_share_waits_behind_a_team_under_it() {
         let mut q = Queue::new(1);
-        (0..3).for_each(|i| q.register(JobId(i), 1));
+        (0..3).for_each(|i| q.register(JobId(i), 1, 1, None));
         q.push(0, 0, 0, JobId(0));
         q.push(0, 0, 1, JobId(1));
         q.push(0, 1, 5, JobId(2));
@@ -206,7 +245,7 @@ mod tests {
     fn equal_teams_interleave() {
         let mut q = Queue::new(1);
         for i in 0..20 {
-            q.register(JobId(i), 1);
+            q.register(JobId(i), 1, 1, None);
         }
         for i in 0..3 {
             q.push(0, 0, i, JobId(i as u32));

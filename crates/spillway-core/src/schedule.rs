@@ -8,6 +8,7 @@ use crate::cluster::Cluster;
 use crate::config::{Config, DeadlinePolicy, Market, model_fits};
 use crate::event::{DecisionKind, StopReason, job_subject};
 use crate::model::{Job, JobId, JobState, NodeId, NodeState, PendingReason};
+use crate::queue::Queue;
 use crate::shape::Failed;
 use crate::state::{Engine, WakeAt};
 use crate::time::{Time, secs};
@@ -227,13 +228,27 @@ impl Engine {
             let Engine { queue, c, cfg, pool_order, exhaustive, .. } = self;
             let remember = !*exhaustive;
             let cfg: &Config = cfg;
-            for id in queue.cursor(shares, weights) {
+            let mut cursor = queue.cursor(shares, weights);
+            // Past the cap for jobs that cannot buy, the pass goes on only while a job that can may be further on
+            // (a kind of job queued here or below that a pool able to grow could hold), and looks only at those.
+            let mut buyers_only = false;
+            while let Some(id) = cursor.next() {
                 scanned += 1;
-                if scanned > cfg.policy.scan_limit || buying >= BLOCKED_CAP || stuck >= BLOCKED_CAP_NO_SCALE {
+                if !buyers_only && stuck >= BLOCKED_CAP_NO_SCALE {
+                    buyers_only = buyers_beyond(queue, cfg, pool_order, &grows, cursor.tier());
+                }
+                let stuck_full = stuck >= BLOCKED_CAP_NO_SCALE && !buyers_only;
+                if scanned > cfg.policy.scan_limit || buying >= BLOCKED_CAP || stuck_full {
                     limit_hit = true;
                     scan_cut = scanned > cfg.policy.scan_limit;
-                    stuck_cut = stuck >= BLOCKED_CAP_NO_SCALE;
+                    stuck_cut = stuck_full;
                     break;
+                }
+                if buyers_only {
+                    let job = &c.jobs[id.0 as usize];
+                    if !may_buy(cfg, &pool_order[job.tier], &grows, Access::of(job, now)) {
+                        continue;
+                    }
                 }
                 let job = &c.jobs[id.0 as usize];
                 let team = &c.teams[job.team];
@@ -481,6 +496,19 @@ impl Engine {
             .filter(|&t| t > self.now)
             .min()
     }
+}
+
+/// Returns whether a job queued in tier `from` or a lower one may be one that can buy: its kind (GPUs per worker,
+/// GPU model) fits an instance type of a pool its tier may use that can launch a node now (`grows`).
+fn buyers_beyond(queue: &Queue, cfg: &Config, pool_order: &[Vec<usize>], grows: &[bool], from: usize) -> bool {
+    (from..pool_order.len()).any(|t| {
+        queue.kinds(t).any(|(g, model)| {
+            pool_order[t].iter().filter(|&&p| grows[p]).any(|&p| {
+                let types = cfg.pools[p].instance_types.iter().filter_map(|n| cfg.instance_type_index(n));
+                types.map(|i| &cfg.instance_types[i]).any(|it| it.gpus >= g && model_fits(model, &it.gpu_model))
+            })
+        })
+    })
 }
 
 /// Returns whether a job with `access` may use a pool in `order` that can launch a node now (`grows`).
