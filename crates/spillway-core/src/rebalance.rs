@@ -159,8 +159,8 @@ impl Engine {
                 }
                 let cooldown = secs(pool.scale_out_cooldown_s);
                 let free_at = st.last_scale_out.map_or(now, |t| (t + cooldown).max(now));
-                let types = pool.instance_types.iter().filter_map(|n| self.cfg.instance_type_index(n));
-                types
+                self.cfg
+                    .pool_types(p)
                     .filter(|&i| {
                         self.cfg.instance_types[i].spot_usd_per_hour.is_some() && self.under_offering_cap(p, i)
                     })
@@ -176,10 +176,7 @@ impl Engine {
     fn spot_take_at(&self, id: JobId, launchable: &[Vec<(usize, Time)>]) -> Option<Time> {
         let j = &self.c.jobs[id.0 as usize];
         let (g, model) = (j.spec.gpus_per_worker, j.spec.gpu_model.as_deref());
-        let fits = |&&(i, _): &&(usize, Time)| {
-            let it = &self.cfg.instance_types[i];
-            it.gpus >= g && model_fits(model, &it.gpu_model)
-        };
+        let fits = |&&(i, _): &&(usize, Time)| self.cfg.instance_types[i].holds(g, model);
         let pools = self.pool_order[j.tier].iter().flat_map(|&p| launchable[p].iter());
         pools.filter(fits).map(|&(_, t)| t).min()
     }

@@ -41,8 +41,8 @@ impl Engine {
 
     /// Returns the most workers of `g` GPUs (of `model`) one node of the pool's instance types holds.
     pub(crate) fn best_workers_per_node(&self, pool: usize, g: u32, model: Option<&str>) -> u32 {
-        let types = self.cfg.pools[pool].instance_types.iter().filter_map(|n| self.cfg.instance_type_index(n));
-        types
+        self.cfg
+            .pool_types(pool)
             .map(|i| &self.cfg.instance_types[i])
             .filter(|it| model_fits(model, &it.gpu_model))
             .map(|it| it.gpus / g.max(1))
@@ -98,7 +98,7 @@ impl Engine {
         for name in &p.instance_types {
             let Some(i) = self.cfg.instance_type_index(name) else { continue };
             let it = &self.cfg.instance_types[i];
-            if it.gpus < gpus || !model_fits(model, &it.gpu_model) {
+            if !it.holds(gpus, model) {
                 continue;
             }
             if let Some(&(until, _)) = self.c.backoff.get(&(pool, i))
@@ -135,14 +135,12 @@ impl Engine {
     /// Returns why no instance type of `pool` can be bought for workers of `g` GPUs of `model` now: none holds
     /// one, or every one that does is backed off (until the first returns) or at its share of the pool.
     pub(crate) fn why_no_type(&self, pool: usize, g: u32, model: Option<&str>) -> NotGrown {
-        let types = self.cfg.pools[pool].instance_types.iter().filter_map(|n| self.cfg.instance_type_index(n));
-        let fitting: Vec<usize> = types
-            .filter(|&i| {
-                let it = &self.cfg.instance_types[i];
-                it.gpus >= g
-                    && model_fits(model, &it.gpu_model)
-                    && it.price_usd_per_hour(self.cfg.pools[pool].market).is_some()
-            })
+        let market = self.cfg.pools[pool].market;
+        let fitting: Vec<usize> = self
+            .cfg
+            .pool_types(pool)
+            .filter(|&i| self.cfg.instance_types[i].holds(g, model))
+            .filter(|&i| self.cfg.instance_types[i].price_usd_per_hour(market).is_some())
             .collect();
         if fitting.is_empty() {
             return NotGrown::NoFittingType;

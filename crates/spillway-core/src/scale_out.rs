@@ -82,11 +82,9 @@ enum InPool {
 impl Engine {
     /// Returns each pool's max and the nodes it may add now (see [`Engine::pool_headroom`]).
     pub(crate) fn limits(&self) -> Limits {
-        let pools = self.cfg.pools.len();
-        Limits {
-            maxes: (0..pools).map(|p| self.effective_max(p)).collect(),
-            headroom: (0..pools).map(|p| self.pool_headroom(p)).collect(),
-        }
+        let maxes: Vec<u32> = (0..self.cfg.pools.len()).map(|p| self.effective_max(p)).collect();
+        let headroom = maxes.iter().enumerate().map(|(p, &max)| self.headroom_within(p, max, false)).collect();
+        Limits { maxes, headroom }
     }
 
     /// Buys cloud nodes for blocked jobs that booting nodes will not hold, and for pools below their min.

@@ -503,10 +503,10 @@ impl Engine {
 fn buyers_beyond(queue: &Queue, cfg: &Config, pool_order: &[Vec<usize>], grows: &[bool], from: usize) -> bool {
     (from..pool_order.len()).any(|t| {
         queue.kinds(t).any(|(g, model)| {
-            pool_order[t].iter().filter(|&&p| grows[p]).any(|&p| {
-                let types = cfg.pools[p].instance_types.iter().filter_map(|n| cfg.instance_type_index(n));
-                types.map(|i| &cfg.instance_types[i]).any(|it| it.gpus >= g && model_fits(model, &it.gpu_model))
-            })
+            pool_order[t]
+                .iter()
+                .filter(|&&p| grows[p])
+                .any(|&p| cfg.pool_types(p).any(|i| cfg.instance_types[i].holds(g, model)))
         })
     })
 }

@@ -16,15 +16,17 @@ mod common;
 
 use common::{job_count, load_config, peak_rss_mib, queue_stats, reference_s};
 use spillway_sim::input::to_sim_jobs;
-use spillway_sim::sim::DecisionSink;
-use spillway_sim::sim::{SimOptions, simulate};
+use spillway_sim::run::EventWriter;
+use spillway_sim::sim::{DecisionSink, SimOptions, simulate};
 use spillway_sim::trace::backlog::Overload;
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Where `SPILLWAY_BENCH_RECORD=1` streams the decisions, as `spillway simulate` streams `events.jsonl`.
 const EVENTS: &str = "target/overload-events.jsonl";
+
+/// The events writer of a recorded run, shared with its sink.
+type Events = Arc<Mutex<EventWriter<std::io::BufWriter<std::fs::File>>>>;
 
 const FULL_JOBS: usize = 1_000_000;
 const CONFIG: &str = "examples/overload.toml";
@@ -56,11 +58,18 @@ fn run() -> Result<(), String> {
     );
     let t = Instant::now();
     let record = std::env::var("SPILLWAY_BENCH_RECORD").is_ok_and(|v| v == "1");
-    let (sink, written) = if record { stream_events(cfg.start_ms)? } else { Default::default() };
+    let (writer, sink) = if record { stream_events(cfg.start_ms)? } else { (None, DecisionSink::default()) };
     let opts = SimOptions { record, decisions_to: sink, ..SimOptions::default() };
     let out = simulate(&cfg, &jobs, &opts).map_err(|e| e.to_string())?;
     let wall = t.elapsed().as_secs_f64();
-    let recorded = written.lock().map_or(0, |w| *w);
+    let recorded = match &writer {
+        Some(w) => {
+            let mut w = w.lock().map_err(|_| "the events writer panicked".to_string())?;
+            w.finish().map_err(|e| format!("writing {EVENTS}: {e}"))?;
+            w.bytes()
+        }
+        None => 0,
+    };
     // Read before the queue figures allocate their own buffers.
     let peak = peak_rss_mib().map_or("unknown".to_string(), |m| format!("{m:.0} MiB"));
     let done = out.engine.cluster().jobs.iter().filter(|j| j.state == spillway_core::JobState::Succeeded).count();
@@ -88,21 +97,10 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// Returns a sink that writes each decision as an `events.jsonl` line to [`EVENTS`], and the bytes written so far.
-fn stream_events(t0_ms: i64) -> Result<(DecisionSink, Arc<Mutex<u64>>), String> {
+/// Returns a writer of `events.jsonl` lines to [`EVENTS`] (to finish and read after the run) and its sink.
+fn stream_events(t0_ms: i64) -> Result<(Option<Events>, DecisionSink), String> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(EVENTS);
     let file = std::fs::File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-    let mut out = std::io::BufWriter::new(file);
-    let written = Arc::new(Mutex::new(0u64));
-    let count = written.clone();
-    let sink = DecisionSink(Some(Arc::new(Mutex::new(move |d: spillway_core::Decision| {
-        let line = spillway_sim::run::event_line(&d, t0_ms);
-        // A bench: a failed write shows as a short byte count, not as an error.
-        if writeln!(out, "{line}").is_ok()
-            && let Ok(mut n) = count.lock()
-        {
-            *n += line.len() as u64 + 1;
-        }
-    }))));
-    Ok((sink, written))
+    let (writer, sink) = EventWriter::new(std::io::BufWriter::new(file), t0_ms).into_sink();
+    Ok((Some(writer), sink))
 }

@@ -6,12 +6,13 @@ use crate::policies::{bound, config_for, policies_for};
 use crate::report::{
     InputReport, MarketCost, PredictiveReport, Report, RunReport, Stats, TierReport, TimeSeries, stats,
 };
-use crate::sim::{SimError, SimOptions, SimOutcome, simulate};
+use crate::sim::{DecisionSink, SimError, SimOptions, SimOutcome, simulate};
 use spillway_core::time::{secs, to_secs};
 use spillway_core::{Config, Decision, JobState};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// Everything one `simulate` produced: the report, and for the `spillway` run its samples, queue waits per tier
 /// and decisions.
@@ -205,7 +206,7 @@ fn peak_hour_waits(cfg: &Config, out: &SimOutcome) -> BTreeMap<String, Stats> {
 }
 
 /// Returns a decision as its `events.jsonl` line (without the newline); `t0_ms` is the trace's start.
-pub fn event_line(d: &Decision, t0_ms: i64) -> String {
+fn event_line(d: &Decision, t0_ms: i64) -> String {
     serde_json::json!({
         "time_s": to_secs(d.at - t0_ms),
         "kind": d.kind,
@@ -214,6 +215,58 @@ pub fn event_line(d: &Decision, t0_ms: i64) -> String {
         "detail": d.detail,
     })
     .to_string()
+}
+
+/// Writes decisions as `events.jsonl` lines, during a run (as a [`DecisionSink`], which cannot fail) or after it.
+/// The first write error is kept for [`EventWriter::finish`], and nothing more is written after it.
+pub struct EventWriter<W: Write> {
+    out: W,
+    t0_ms: i64,
+    bytes: u64,
+    error: Option<std::io::Error>,
+}
+
+impl<W: Write> EventWriter<W> {
+    /// Returns a writer to `out`; `t0_ms` is the trace's start (lines carry seconds from it).
+    pub fn new(out: W, t0_ms: i64) -> Self {
+        EventWriter { out, t0_ms, bytes: 0, error: None }
+    }
+
+    /// Writes one decision's line.
+    pub fn write(&mut self, d: &Decision) {
+        if self.error.is_some() {
+            return;
+        }
+        let line = event_line(d, self.t0_ms);
+        match writeln!(self.out, "{line}") {
+            Ok(()) => self.bytes += line.len() as u64 + 1,
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// Returns the bytes written so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Flushes the output; returns the first error of the writes, if one failed.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => self.out.flush(),
+        }
+    }
+}
+
+impl<W: Write + Send + 'static> EventWriter<W> {
+    /// Returns the writer, shared (to read and finish it after the run), and a sink that writes each decision.
+    pub fn into_sink(self) -> (Arc<Mutex<Self>>, DecisionSink) {
+        let shared = Arc::new(Mutex::new(self));
+        let writer = shared.clone();
+        // A writer whose lock was poisoned by a panicking write still takes the rest (it keeps its own error).
+        let sink = move |d: Decision| writer.lock().unwrap_or_else(|e| e.into_inner()).write(&d);
+        (shared, DecisionSink(Some(Arc::new(Mutex::new(sink)))))
+    }
 }
 
 /// Writes `report.json`, `timeseries.csv`, `events.jsonl` (unless the decisions were streamed there) and
@@ -230,11 +283,9 @@ pub fn write_outputs(dir: &Path, cmp: &Comparison, t0_ms: i64) -> std::io::Resul
     }
     ts.flush()?;
     if !cmp.streamed {
-        let mut ev = std::io::BufWriter::new(std::fs::File::create(dir.join("events.jsonl"))?);
-        for d in &cmp.decisions {
-            writeln!(ev, "{}", event_line(d, t0_ms))?;
-        }
-        ev.flush()?;
+        let mut ev = EventWriter::new(std::io::BufWriter::new(std::fs::File::create(dir.join("events.jsonl"))?), t0_ms);
+        cmp.decisions.iter().for_each(|d| ev.write(d));
+        ev.finish()?;
     }
     let html = crate::html::render(&cmp.report, &cmp.series, &cmp.waits_by_tier);
     std::fs::write(dir.join("report.html"), html)

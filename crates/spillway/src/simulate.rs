@@ -5,10 +5,9 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use spillway_core::Config;
 use spillway_sim::report::InputReport;
-use spillway_sim::run::{compare, event_line, summary_table, write_outputs};
-use spillway_sim::sim::{Check, DecisionSink, SimOptions};
+use spillway_sim::run::{EventWriter, compare, summary_table, write_outputs};
+use spillway_sim::sim::{Check, SimOptions};
 use spillway_sim::trace::{self, TraceFormat, workload::Bursty};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The config `simulate` uses when none is given.
@@ -111,16 +110,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let events_path = args.out.join("events.jsonl.partial");
     let events = std::fs::File::create(&events_path).with_context(|| format!("creating {}", events_path.display()))?;
-    let sink = std::sync::Arc::new(std::sync::Mutex::new(EventWriter {
-        out: std::io::BufWriter::new(events),
-        t0_ms: cfg.start_ms,
-        error: None,
-    }));
-    let writer = sink.clone();
-    let decisions_to =
-        DecisionSink(Some(std::sync::Arc::new(std::sync::Mutex::new(move |d: spillway_core::Decision| {
-            writer.lock().unwrap_or_else(|e| e.into_inner()).write(&d)
-        }))));
+    let (writer, decisions_to) = EventWriter::new(std::io::BufWriter::new(events), cfg.start_ms).into_sink();
     let opts = SimOptions {
         seed: args.seed,
         record: true,
@@ -147,7 +137,8 @@ pub fn run(args: Args) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     print!("{}", summary_table(&cmp.report));
-    sink.lock()
+    writer
+        .lock()
         .unwrap_or_else(|e| e.into_inner())
         .finish()
         .with_context(|| format!("writing {}", events_path.display()))?;
@@ -158,29 +149,4 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("renaming {} to {}", events_path.display(), done.display()))?;
     println!("\nwrote {0}/report.json, {0}/timeseries.csv, {0}/events.jsonl, {0}/report.html", args.out.display());
     Ok(())
-}
-
-/// Writes decision records to `events.jsonl` as a run makes them; keeps the first write error for the end.
-struct EventWriter {
-    out: std::io::BufWriter<std::fs::File>,
-    t0_ms: i64,
-    error: Option<std::io::Error>,
-}
-
-impl EventWriter {
-    fn write(&mut self, d: &spillway_core::Decision) {
-        if self.error.is_none()
-            && let Err(e) = writeln!(self.out, "{}", event_line(d, self.t0_ms))
-        {
-            self.error = Some(e);
-        }
-    }
-
-    /// Flushes the file; returns the first error of the run.
-    fn finish(&mut self) -> std::io::Result<()> {
-        match self.error.take() {
-            Some(e) => Err(e),
-            None => self.out.flush(),
-        }
-    }
 }

@@ -114,6 +114,11 @@ impl Pool {
 }
 
 impl InstanceType {
+    /// Returns whether one node of this type holds a worker of `g` GPUs of `model`.
+    pub(crate) fn holds(&self, g: u32, model: Option<&str>) -> bool {
+        self.gpus >= g && model_fits(model, &self.gpu_model)
+    }
+
     /// Returns the hourly price of one node in `market`, if it is sold there.
     pub fn price_usd_per_hour(&self, market: Market) -> Option<f64> {
         match market {
@@ -390,6 +395,12 @@ impl Config {
         self.tiers.iter().position(|t| t.name == name)
     }
 
+    /// Returns the indices of pool `pool`'s instance types, in its order of preference (validation refuses a name
+    /// the config does not define; one would be skipped).
+    pub(crate) fn pool_types(&self, pool: usize) -> impl Iterator<Item = usize> + '_ {
+        self.pools[pool].instance_types.iter().filter_map(|n| self.instance_type_index(n))
+    }
+
     /// Returns the index of the instance type with `name`.
     pub fn instance_type_index(&self, name: &str) -> Option<usize> {
         self.instance_types.iter().position(|t| t.name == name)
@@ -398,14 +409,13 @@ impl Config {
     /// Returns the largest GPU count of any node a job of `tier` could ever run on, for `gpu_model` (or any).
     pub fn largest_node_gpus(&self, tier: usize, gpu_model: Option<&str>) -> u32 {
         let markets = &self.tiers[tier].markets;
-        let fits =
-            |model: &str| model == ANY_MODEL || gpu_model.is_none_or(|m| m.split('|').any(|w| w.trim() == model));
+        let fits = |model: &str| model_fits(gpu_model, model);
         let mut best = 0;
-        for pool in self.pools.iter().filter(|p| markets.contains(&p.market)) {
+        for (i, pool) in self.pools.iter().enumerate().filter(|(_, p)| markets.contains(&p.market)) {
             for n in pool.nodes.iter().filter(|n| fits(&n.gpu_model)) {
                 best = best.max(n.gpus);
             }
-            for it in pool.instance_types.iter().filter_map(|n| self.instance_type_index(n)) {
+            for it in self.pool_types(i) {
                 let it = &self.instance_types[it];
                 if fits(&it.gpu_model) && it.price_usd_per_hour(pool.market).is_some() {
                     best = best.max(it.gpus);
