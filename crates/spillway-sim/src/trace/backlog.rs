@@ -20,9 +20,11 @@ use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::workload::{run_time, submit_time};
-use super::{Trace, TraceJob};
+use super::Trace;
+use super::workload::{Draft, into_jobs, run_time, submit_time};
 
+/// Job names carry 7 digits (`job-0000001`): these traces reach a million jobs.
+const NAME_DIGITS: usize = 7;
 const HOUR: f64 = 3_600.0;
 const DAY: f64 = 86_400.0;
 const WEEK: f64 = 7.0 * DAY;
@@ -85,7 +87,8 @@ impl Overload {
             let (gpus, workers) = overload_shape(&mut rng, tier);
             let duration_s = run_time(&mut rng, OVERLOAD_MEDIAN_S, OVERLOAD_SIGMA);
             let team = team_of(&mut rng, tier);
-            jobs.push(job(jobs.len(), t.floor(), duration_s, gpus, workers, tier, team));
+            let draft = Draft { submit_s: t.floor(), duration_s, gpus, workers, tier, team };
+            jobs.push(draft.into_job(jobs.len(), NAME_DIGITS));
         }
         let source =
             format!("overload workload: {} jobs sized against {} GPUs, seed {}", self.jobs, self.gpus, self.seed);
@@ -152,16 +155,6 @@ impl Default for CappedSpot {
     }
 }
 
-/// A job before it gets its name, which depends on its place in submit order.
-struct Draft {
-    submit_s: f64,
-    duration_s: f64,
-    gpus: u32,
-    workers: u32,
-    tier: &'static str,
-    team: &'static str,
-}
-
 impl CappedSpot {
     /// Generates the workload: exactly `jobs` jobs sorted by submit time, ties in generation order (see the
     /// module doc for names and fields).
@@ -178,16 +171,7 @@ impl CappedSpot {
             let submit_s = submit_time(&mut rng, span);
             drafts.push(interactive(&mut rng, submit_s));
         }
-        // Trials may start after the span's end; keep every submission inside it, in whole seconds.
-        for d in &mut drafts {
-            d.submit_s = d.submit_s.min(span).floor();
-        }
-        drafts.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
-        let jobs = drafts
-            .into_iter()
-            .enumerate()
-            .map(|(i, d)| job(i, d.submit_s, d.duration_s, d.gpus, d.workers, d.tier, d.team))
-            .collect();
+        let jobs = into_jobs(drafts, span, NAME_DIGITS);
         let source = format!("capped-spot workload: {} jobs over {} days, seed {}", self.jobs, span / DAY, self.seed);
         Trace { source, jobs, skipped: Vec::new() }
     }
@@ -254,24 +238,6 @@ fn team_of(rng: &mut ChaCha8Rng, tier: &str) -> &'static str {
         "p1" => "research",
         _ if v < 0.7 => "research",
         _ => "applied",
-    }
-}
-
-/// Returns the trace record of the `i`-th job (0-based) in submit order.
-fn job(i: usize, submit_s: f64, duration_s: f64, gpus: u32, workers: u32, tier: &str, team: &str) -> TraceJob {
-    TraceJob {
-        name: format!("job-{:07}", i + 1),
-        submit_s,
-        duration_s,
-        gpus,
-        workers,
-        tier: Some(tier.to_string()),
-        team: Some(team.to_string()),
-        gpu_type: None,
-        interruptible: None,
-        checkpoint_interval_s: None,
-        deadline_s: None,
-        line: i + 1,
     }
 }
 

@@ -48,13 +48,45 @@ impl Default for Bursty {
 }
 
 /// A job before it gets its name, which depends on its place in submit order.
-struct Draft {
-    submit_s: f64,
-    duration_s: f64,
-    gpus: u32,
-    workers: u32,
-    tier: &'static str,
-    team: &'static str,
+pub(super) struct Draft {
+    pub(super) submit_s: f64,
+    pub(super) duration_s: f64,
+    pub(super) gpus: u32,
+    pub(super) workers: u32,
+    pub(super) tier: &'static str,
+    pub(super) team: &'static str,
+}
+
+impl Draft {
+    /// Returns the trace record of the job at 0-based place `i` in submit order: named `job-` and its 1-based
+    /// place in `digits` digits, `line` that place; gpu type, interruptible, checkpoints and deadline are left to
+    /// the configuration's defaults.
+    pub(super) fn into_job(self, i: usize, digits: usize) -> TraceJob {
+        TraceJob {
+            name: format!("job-{:0digits$}", i + 1),
+            submit_s: self.submit_s,
+            duration_s: self.duration_s,
+            gpus: self.gpus,
+            workers: self.workers,
+            tier: Some(self.tier.to_string()),
+            team: Some(self.team.to_string()),
+            gpu_type: None,
+            interruptible: None,
+            checkpoint_interval_s: None,
+            deadline_s: None,
+            line: i + 1,
+        }
+    }
+}
+
+/// Returns `drafts` as trace jobs: every submission kept inside `span` in whole seconds (bursts may start after
+/// its end), sorted by submit time with ties in generation order, named in that order (see [`Draft::into_job`]).
+pub(super) fn into_jobs(mut drafts: Vec<Draft>, span: f64, digits: usize) -> Vec<TraceJob> {
+    for d in &mut drafts {
+        d.submit_s = d.submit_s.min(span).floor();
+    }
+    drafts.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
+    drafts.into_iter().enumerate().map(|(i, d)| d.into_job(i, digits)).collect()
 }
 
 impl Bursty {
@@ -98,29 +130,7 @@ impl Bursty {
             drafts.push(background(&mut rng, submit_s));
         }
 
-        // Burst members may start after the span's end; keep every submission inside it, in whole seconds.
-        for d in &mut drafts {
-            d.submit_s = d.submit_s.min(span).floor();
-        }
-        drafts.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s));
-        let jobs = drafts
-            .into_iter()
-            .enumerate()
-            .map(|(i, d)| TraceJob {
-                name: format!("job-{:06}", i + 1),
-                submit_s: d.submit_s,
-                duration_s: d.duration_s,
-                gpus: d.gpus,
-                workers: d.workers,
-                tier: Some(d.tier.to_string()),
-                team: Some(d.team.to_string()),
-                gpu_type: None,
-                interruptible: None,
-                checkpoint_interval_s: None,
-                deadline_s: None,
-                line: i + 1,
-            })
-            .collect();
+        let jobs = into_jobs(drafts, span, 6);
         let source = format!("bursty workload: {} jobs over {} days, seed {}", n, span / DAY, self.seed);
         Trace { source, jobs, skipped: Vec::new() }
     }
