@@ -12,6 +12,7 @@ pub mod growth;
 mod invariants;
 pub mod ledger;
 pub mod model;
+mod place;
 mod policies;
 pub mod queue;
 mod rebalance;

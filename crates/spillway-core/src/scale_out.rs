@@ -6,21 +6,14 @@
 
 use crate::access::{Access, job_pools};
 use crate::config::Market;
-use crate::config::model_fits;
 use crate::event::{Action, DecisionKind};
 use crate::growth::{NotGrown, PoolChange, WhatIf};
 use crate::model::{JobId, JobState, NodeId, PendingReason};
+use crate::place::{Fork, place};
 use crate::shape::Failed;
 use crate::state::{Engine, WakeAt};
 use crate::time::{Time, secs};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Most ready nodes per pool whose free GPUs the scale-out estimate counts (the fullest-free first).
-const VIRTUAL_READY_NODES: usize = 64;
-
-/// Free GPUs a blocked job may count on before buying: (free GPUs, GPU model, the ready node or `None` for a
-/// node booting or planned).
-type Virtual<'e> = Vec<(u32, &'e str, Option<NodeId>)>;
 
 /// A pool (index) and why it did not grow.
 type PoolWhy = (usize, NotGrown);
@@ -55,7 +48,9 @@ pub(crate) struct Limits {
 struct Planner<'e> {
     e: &'e Engine,
     limits: Limits,
-    virt: Vec<Virtual<'e>>,
+    /// Per pool: the free GPUs jobs may count on before buying (ready, booting and planned nodes), placed onto
+    /// by the scheduler's own placement.
+    forks: Vec<Fork<'e>>,
     planned: Vec<u32>,
     spot_gpus: f64,
     od_gpus: f64,
@@ -117,7 +112,9 @@ impl Engine {
         let pools = self.cfg.pools.len();
         let mut planner = Planner {
             e: self,
-            virt: (0..pools).map(|p| self.virtual_free(p)).collect(),
+            forks: (0..pools)
+                .map(|p| Fork::new(&self.c.free[p], &self.c.nodes, self.c.pools[p].requested.iter().copied()))
+                .collect(),
             planned: vec![0; pools],
             limits,
             spot_gpus,
@@ -135,14 +132,6 @@ impl Engine {
         }
         planner.up_to_min(wake);
         planner.out
-    }
-
-    /// Returns what blocked jobs of pool `p` may count on before buying: its ready nodes with the most free GPUs
-    /// (a gang may need them plus new nodes) and its nodes still booting.
-    fn virtual_free(&self, p: usize) -> Virtual<'_> {
-        let ready = self.c.free[p].iter().rev().take(VIRTUAL_READY_NODES).map(|&(f, n)| (f, n, Some(n)));
-        let booting = self.c.pools[p].requested.iter().map(|&n| (self.c.nodes[n.0 as usize].gpus, n, None));
-        ready.chain(booting).map(|(f, n, r)| (f, self.c.nodes[n.0 as usize].gpu_model.as_str(), r)).collect()
     }
 
     /// Carries out a plan: pending reasons (with why the pool did not grow), fallback records, launches, then a
@@ -386,11 +375,11 @@ impl Planner<'_> {
         let claims = |left: u32, room: u32| w > 1 && free_pool && (left == 0 || room > 0);
         let best = e.best_workers_per_node(p, g, model);
         let starving = |left: u32, room: u32| best == 0 || room < left.div_ceil(best);
-        let (left, used) = fits_virtual(&mut self.virt[p], g, w, model);
+        let (left, used) = fits(&mut self.forks[p], g, w, model);
         if left == 0 {
             self.taken[p] += 1;
             if claims(0, room) {
-                self.out.claimed.extend(ready(&self.virt[p], &used));
+                self.out.claimed.extend(used);
             }
             return InPool::Fits;
         }
@@ -414,7 +403,7 @@ impl Planner<'_> {
         };
         let Some((it, nodes)) = pick else {
             if claims(left, room) {
-                self.out.claimed.extend(ready(&self.virt[p], &used));
+                self.out.claimed.extend(used);
             }
             if starving(left, room) {
                 // A pool whose max cannot hold the rest of this job beside the nodes it has is starving: scale-in
@@ -430,10 +419,10 @@ impl Planner<'_> {
             self.out.not_grown.entry(p).or_insert(NotGrown::StepLimit { until: now + cooldown });
         }
         self.buy(id, p, it, n);
-        let (left, used) = fits_virtual(&mut self.virt[p], g, w, model);
+        let (left, used) = fits(&mut self.forks[p], g, w, model);
         self.taken[p] += u64::from(left == 0);
         if claims(left, room - n) {
-            self.out.claimed.extend(ready(&self.virt[p], &used));
+            self.out.claimed.extend(used);
         }
         if left > 0 && starving(left, room - n) {
             self.out.starved.entry(p).or_insert((g, best));
@@ -464,7 +453,9 @@ impl Planner<'_> {
                 self.out.fallbacks.push(id);
             }
         }
-        self.virt[p].extend((0..n).map(|_| (itx.gpus, itx.gpu_model.as_str(), None)));
+        for _ in 0..n {
+            self.forks[p].plan(itx.gpus, &itx.gpu_model);
+        }
     }
 
     /// Plans the launches that bring each cloud pool to its (scheduled) min.
@@ -485,30 +476,12 @@ impl Planner<'_> {
     }
 }
 
-/// Takes a job's `w` workers of `g` GPUs (of `model`) out of the virtual free GPUs if all fit; returns the
-/// workers that do not fit and the entries it would use (even when only part of a gang fits), as (index, GPUs).
-fn fits_virtual(v: &mut Virtual<'_>, g: u32, w: u32, model: Option<&str>) -> (u32, Vec<(usize, u32)>) {
-    let mut left = w;
-    let mut used: Vec<(usize, u32)> = Vec::new();
-    for (i, (free, m, _)) in v.iter().enumerate() {
-        if left == 0 {
-            break;
-        }
-        if model_fits(model, m) && *free >= g {
-            let k = (free / g).min(left);
-            used.push((i, k * g));
-            left -= k;
-        }
-    }
-    if left == 0 {
-        for &(i, take) in &used {
-            v[i].0 -= take;
-        }
-    }
-    (left, used)
-}
-
-/// Returns the ready nodes among entries `used` of a pool's virtual free GPUs.
-fn ready(v: &Virtual<'_>, used: &[(usize, u32)]) -> Vec<NodeId> {
-    used.iter().filter_map(|&(i, _)| v[i].2).collect()
+/// Counts a job's `w` workers of `g` GPUs (of `model`) on a pool's fork where the scheduler would place them,
+/// keeping them there when all fit; returns the workers that do not fit and the ready nodes the placed ones use
+/// (even when only part of a gang fits).
+fn fits(fork: &mut Fork<'_>, g: u32, w: u32, model: Option<&str>) -> (u32, Vec<NodeId>) {
+    let taken = place(fork, g, w, model, true);
+    let mut ready: Vec<NodeId> = taken.iter().filter_map(|&(s, _)| s.ready()).collect();
+    ready.dedup();
+    (w - taken.len() as u32, ready)
 }

@@ -8,6 +8,7 @@ use crate::cluster::Cluster;
 use crate::config::{Config, DeadlinePolicy, Market, model_fits};
 use crate::event::{DecisionKind, StopReason, job_subject};
 use crate::model::{Job, JobId, JobState, NodeId, NodeState, PendingReason};
+use crate::place::{ReadyGpus, place};
 use crate::queue::Queue;
 use crate::shape::Failed;
 use crate::state::{Engine, WakeAt};
@@ -42,35 +43,15 @@ impl Need {
     }
 }
 
-/// Finds nodes for every worker of `job` inside one pool (best fit per worker), or `None`. Leaves `c` as it was.
+/// Finds nodes for every worker of `job` inside one pool (the first in its order where the whole gang fits, see
+/// [`place`]), or `None`. Leaves `c` as it was.
 fn find_placement(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Option<Vec<(NodeId, u32)>> {
-    let (g, w) = (job.g, job.w);
-    let want = job.model.as_deref();
+    let Cluster { free, nodes, .. } = c;
     for pool in job_pools(cfg, order, job.access) {
-        // (free GPUs before, node) per worker taken; the index is edited as we go so the next worker sees it.
-        // Capacity capped: `w` comes from a user and may be far more than the pool's nodes could hold.
-        let mut taken: Vec<(u32, NodeId)> = Vec::with_capacity((w as usize).min(1024));
-        for _ in 0..w {
-            let hit = c.free[pool]
-                .range((g, NodeId(0))..)
-                .find(|&&(_, n)| model_fits(want, &c.nodes[n.0 as usize].gpu_model))
-                .copied();
-            let Some((f, n)) = hit else { break };
-            c.free[pool].remove(&(f, n));
-            if f > g {
-                c.free[pool].insert((f - g, n));
-            }
-            taken.push((f, n));
-        }
-        // Undo the edits in reverse; the caller binds for real.
-        for &(f, n) in taken.iter().rev() {
-            if f > g {
-                c.free[pool].remove(&(f - g, n));
-            }
-            c.free[pool].insert((f, n));
-        }
-        if taken.len() == w as usize {
-            return Some(taken.into_iter().map(|(_, n)| (n, g)).collect());
+        let mut ready = ReadyGpus { free: &mut free[pool], nodes };
+        let taken = place(&mut ready, job.g, job.w, job.model.as_deref(), false);
+        if taken.len() == job.w as usize {
+            return Some(taken.into_iter().filter_map(|(s, _)| s.ready()).map(|n| (n, job.g)).collect());
         }
     }
     None

@@ -1,0 +1,243 @@
+//! One placement for the scheduler and the scale-out estimate: where a gang's workers go inside one pool.
+//!
+//! Each worker goes to the slot with the fewest free GPUs that still holds it (best fit, so whole nodes stay free
+//! for large gangs), workers may share a slot, and a gang is placed whole or not at all. The scheduler places onto
+//! the cluster's index of ready nodes with free GPUs ([`ReadyGpus`]); the scale-out estimate places onto a
+//! [`Fork`] of that same index, which adds the nodes still booting and the nodes it plans and keeps its edits to
+//! itself. So the estimate counts a job on the nodes the scheduler would give it, and an estimate is a walk over
+//! a view, never a copy of the cluster.
+
+use crate::config::model_fits;
+use crate::model::{Node, NodeId};
+use std::collections::BTreeSet;
+
+/// A place for workers: a ready node, a node still booting, or the n-th node an estimate plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Slot {
+    Ready(NodeId),
+    Booting(NodeId),
+    Planned(u32),
+}
+
+impl Slot {
+    /// Returns the ready node this slot is, if it is one.
+    pub(crate) fn ready(self) -> Option<NodeId> {
+        match self {
+            Slot::Ready(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// Free GPUs per slot, as a placement reads and edits them. Slots without free GPUs are not listed.
+pub(crate) trait FreeGpus {
+    /// Returns the listed slot with the fewest free GPUs that has at least `g` of model `model` (ties: the
+    /// lowest slot), with its free GPUs.
+    fn best_fit(&self, g: u32, model: Option<&str>) -> Option<(u32, Slot)>;
+    /// Changes the free GPUs of `slot` from `from` (as listed) to `to`.
+    fn set(&mut self, slot: Slot, from: u32, to: u32);
+}
+
+/// Places `w` workers of `g` GPUs of `model` and returns the slot each placed worker took, with its free GPUs
+/// before it: `w` entries when the gang fits, fewer when it does not (the most that fit). `keep`: when the gang
+/// fits, `ix` keeps the GPUs taken; otherwise (and always when it does not fit) `ix` is left as it was.
+pub(crate) fn place(ix: &mut impl FreeGpus, g: u32, w: u32, model: Option<&str>, keep: bool) -> Vec<(Slot, u32)> {
+    // Jobs ask for at least one GPU per worker (submission checks it); a worker of none would fit anywhere.
+    let g = g.max(1);
+    // Capacity capped: `w` comes from a user and may be far more than a pool could hold.
+    let mut taken: Vec<(Slot, u32)> = Vec::with_capacity((w as usize).min(1024));
+    for _ in 0..w {
+        let Some((f, slot)) = ix.best_fit(g, model) else { break };
+        ix.set(slot, f, f - g);
+        taken.push((slot, f));
+    }
+    if !(keep && taken.len() == w as usize) {
+        // Undo in reverse, so each slot returns to the free GPUs it was listed with.
+        for &(slot, f) in taken.iter().rev() {
+            ix.set(slot, f - g, f);
+        }
+    }
+    taken
+}
+
+/// A pool's ready nodes with free GPUs, by (free GPUs, node): the cluster's own index, edited in place.
+pub(crate) struct ReadyGpus<'c> {
+    pub free: &'c mut BTreeSet<(u32, NodeId)>,
+    pub nodes: &'c [Node],
+}
+
+impl FreeGpus for ReadyGpus<'_> {
+    fn best_fit(&self, g: u32, model: Option<&str>) -> Option<(u32, Slot)> {
+        let nodes = self.nodes;
+        let fits = |&&(_, n): &&(u32, NodeId)| model_fits(model, &nodes[n.0 as usize].gpu_model);
+        self.free.range((g, NodeId(0))..).find(fits).map(|&(f, n)| (f, Slot::Ready(n)))
+    }
+
+    fn set(&mut self, slot: Slot, from: u32, to: u32) {
+        let Slot::Ready(n) = slot else { return };
+        self.free.remove(&(from, n));
+        if to > 0 {
+            self.free.insert((to, n));
+        }
+    }
+}
+
+/// A pool's free GPUs as one scale-out estimate sees them: the cluster's index of ready nodes (read, never
+/// edited), the nodes booting and the nodes planned, with the GPUs the jobs counted so far took.
+pub(crate) struct Fork<'c> {
+    base: &'c BTreeSet<(u32, NodeId)>,
+    nodes: &'c [Node],
+    /// Entries of `base` this fork changed: their current free GPUs are in `own`.
+    changed: BTreeSet<(u32, NodeId)>,
+    /// Slots with free GPUs this fork keeps itself: booting and planned nodes, ready nodes it changed.
+    own: BTreeSet<(u32, Slot)>,
+    /// GPU model of each planned slot.
+    planned: Vec<&'c str>,
+}
+
+impl<'c> Fork<'c> {
+    /// Returns a fork of a pool's ready index `base` with its `booting` nodes added (all their GPUs free).
+    pub(crate) fn new(
+        base: &'c BTreeSet<(u32, NodeId)>,
+        nodes: &'c [Node],
+        booting: impl Iterator<Item = NodeId>,
+    ) -> Fork<'c> {
+        let own = booting.map(|n| (nodes[n.0 as usize].gpus, Slot::Booting(n))).filter(|&(g, _)| g > 0).collect();
+        Fork { base, nodes, changed: BTreeSet::new(), own, planned: Vec::new() }
+    }
+
+    /// Adds a planned node of `gpus` GPUs of `model`.
+    pub(crate) fn plan(&mut self, gpus: u32, model: &'c str) {
+        let slot = Slot::Planned(self.planned.len() as u32);
+        self.planned.push(model);
+        if gpus > 0 {
+            self.own.insert((gpus, slot));
+        }
+    }
+
+    fn model(&self, slot: Slot) -> &str {
+        match slot {
+            Slot::Ready(n) | Slot::Booting(n) => &self.nodes[n.0 as usize].gpu_model,
+            Slot::Planned(i) => self.planned.get(i as usize).copied().unwrap_or(""),
+        }
+    }
+}
+
+impl FreeGpus for Fork<'_> {
+    fn best_fit(&self, g: u32, model: Option<&str>) -> Option<(u32, Slot)> {
+        let nodes = self.nodes;
+        let from_base = self
+            .base
+            .range((g, NodeId(0))..)
+            .filter(|e| !self.changed.contains(e))
+            .find(|&&(_, n)| model_fits(model, &nodes[n.0 as usize].gpu_model))
+            .map(|&(f, n)| (f, Slot::Ready(n)));
+        let from_own =
+            self.own.range((g, Slot::Ready(NodeId(0)))..).find(|&&(_, s)| model_fits(model, self.model(s))).copied();
+        match (from_base, from_own) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn set(&mut self, slot: Slot, from: u32, to: u32) {
+        let in_base = |n: NodeId| self.base.contains(&(from, n)) && !self.changed.contains(&(from, n));
+        match slot {
+            Slot::Ready(n) if in_base(n) => {
+                self.changed.insert((from, n));
+            }
+            _ => {
+                self.own.remove(&(from, slot));
+            }
+        }
+        if to > 0 {
+            self.own.insert((to, slot));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Market;
+    use crate::model::NodeState;
+
+    fn node(id: u32, gpus: u32, used: u32, model: &str) -> Node {
+        Node {
+            id: NodeId(id),
+            pool: 0,
+            market: Market::OnDemand,
+            instance_type: None,
+            gpu_model: model.into(),
+            gpus,
+            used,
+            jobs: Vec::new(),
+            state: NodeState::Ready,
+            price_usd_per_hour: 1.0,
+            requested_at: 0,
+            ready_at: Some(0),
+            ended_at: None,
+            idle_since: None,
+            gpu_utilization: None,
+            protected: false,
+        }
+    }
+
+    fn index(nodes: &[Node]) -> BTreeSet<(u32, NodeId)> {
+        nodes.iter().filter(|n| n.state == NodeState::Ready && n.free() > 0).map(|n| (n.free(), n.id)).collect()
+    }
+
+    #[test]
+    fn each_worker_takes_the_fullest_node_that_holds_it() {
+        let nodes = vec![node(0, 8, 0, "a100"), node(1, 8, 6, "a100"), node(2, 8, 4, "a100")];
+        let mut free = index(&nodes);
+        let got = place(&mut ReadyGpus { free: &mut free, nodes: &nodes }, 2, 3, None, false);
+        // 2 free on node 1, then 4 on node 2 (twice), never the empty node 0.
+        let slots: Vec<Slot> = got.iter().map(|&(s, _)| s).collect();
+        assert_eq!(slots, vec![Slot::Ready(NodeId(1)), Slot::Ready(NodeId(2)), Slot::Ready(NodeId(2))]);
+        assert_eq!(free, index(&nodes), "a placement without keep leaves the index as it was");
+    }
+
+    #[test]
+    fn a_gang_that_does_not_fit_takes_nothing_and_says_how_many_fit() {
+        let nodes = vec![node(0, 8, 0, "a100"), node(1, 8, 0, "h100")];
+        let mut free = index(&nodes);
+        let got = place(&mut ReadyGpus { free: &mut free, nodes: &nodes }, 8, 2, Some("a100"), true);
+        assert_eq!(got.len(), 1);
+        assert_eq!(free, index(&nodes));
+    }
+
+    #[test]
+    fn a_fork_sees_booting_and_planned_nodes_and_leaves_the_cluster_alone() {
+        let nodes = vec![node(0, 8, 6, "a100"), node(1, 8, 8, "a100"), node(2, 4, 0, "a100")];
+        let mut base = index(&nodes);
+        base.remove(&(4, NodeId(2)));
+        let before = base.clone();
+        let mut fork = Fork::new(&base, &nodes, [NodeId(2)].into_iter());
+        let got = place(&mut fork, 2, 3, None, true);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0].0, Slot::Ready(NodeId(0)));
+        assert_eq!(got[1].0, Slot::Booting(NodeId(2)));
+        // The ready node is full in the fork; one more worker needs a planned node.
+        assert_eq!(place(&mut fork, 2, 2, None, true).len(), 0);
+        fork.plan(8, "a100");
+        let got = place(&mut fork, 2, 2, None, true);
+        assert_eq!(got.iter().map(|&(s, _)| s).collect::<Vec<_>>(), vec![Slot::Planned(0); 2]);
+        assert_eq!(base, before);
+    }
+
+    #[test]
+    fn a_fork_places_as_the_scheduler_would_on_the_same_nodes() {
+        // Same nodes, same jobs: the fork's choices equal those of the cluster's own index.
+        let nodes: Vec<Node> =
+            (0..12).map(|i| node(i, 8, (i * 3) % 9, if i % 4 == 0 { "h100" } else { "a100" })).collect();
+        let mut real = index(&nodes);
+        let base = real.clone();
+        let mut fork = Fork::new(&base, &nodes, std::iter::empty());
+        for (g, w, m) in [(1, 3, None), (4, 2, Some("a100")), (2, 5, None), (8, 1, Some("h100")), (3, 2, None)] {
+            let a = place(&mut ReadyGpus { free: &mut real, nodes: &nodes }, g, w, m, true);
+            let b = place(&mut fork, g, w, m, true);
+            assert_eq!(a, b, "g={g} w={w}");
+        }
+    }
+}
