@@ -49,6 +49,27 @@ impl Access {
     }
 }
 
+/// What a job asks of a node, copied out of the job so the cluster can be edited while it is in hand.
+pub(crate) struct Need {
+    pub g: u32,
+    pub w: u32,
+    pub model: Option<String>,
+    pub access: Access,
+    pub tier: usize,
+}
+
+impl Need {
+    pub(crate) fn of(job: &Job, now: Time) -> Need {
+        Need {
+            g: job.spec.gpus_per_worker,
+            w: job.spec.workers,
+            model: job.spec.gpu_model.clone(),
+            access: Access::of(job, now),
+            tier: job.tier,
+        }
+    }
+}
+
 /// Returns when a deadline job falls behind uniform progress (its saved work equals the share of its duration that
 /// the time since submission is of the time to its deadline), or `None` without a deadline and a duration.
 pub(crate) fn uniform_progress_at(job: &Job) -> Option<Time> {

@@ -14,6 +14,7 @@ pub mod ledger;
 pub mod model;
 mod place;
 mod policies;
+mod preempt;
 pub mod queue;
 mod rebalance;
 mod scale;

@@ -5,12 +5,16 @@
 use crate::model::JobId;
 use crate::time::Time;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
+
+/// One team's queued jobs of a tier, by (submission time, id), each with the GPUs it needs in all (kept in the
+/// entry so a walk in order reads no job).
+type TeamQueue = BTreeMap<(Time, JobId), u32>;
 
 /// Queued jobs, per tier (by priority index) and team.
 #[derive(Debug, Default, Clone)]
 pub struct Queue {
-    tiers: Vec<BTreeMap<usize, BTreeSet<(Time, JobId)>>>,
+    tiers: Vec<BTreeMap<usize, TeamQueue>>,
     len: usize,
     /// GPUs each job needs in all, indexed by job id; the cursor adds them to a team's share as it passes.
     gpus: Vec<u32>,
@@ -70,7 +74,8 @@ impl Queue {
 
     /// Adds a job; `key` is its original submission time, so a requeued job keeps its place.
     pub fn push(&mut self, tier: usize, team: usize, key: Time, job: JobId) {
-        if self.tiers[tier].entry(team).or_default().insert((key, job)) {
+        let gpus = self.gpus.get(job.0 as usize).copied().unwrap_or(1);
+        if self.tiers[tier].entry(team).or_default().insert((key, job), gpus).is_none() {
             self.len += 1;
             self.count_kind(tier, job, 1);
         }
@@ -79,7 +84,7 @@ impl Queue {
     /// Removes a job; returns whether it was queued.
     pub fn remove(&mut self, tier: usize, team: usize, key: Time, job: JobId) -> bool {
         let Some(set) = self.tiers[tier].get_mut(&team) else { return false };
-        let removed = set.remove(&(key, job));
+        let removed = set.remove(&(key, job)).is_some();
         if set.is_empty() {
             self.tiers[tier].remove(&team);
         }
@@ -107,22 +112,14 @@ impl Queue {
 
     /// Returns the number of queued jobs of `tier`.
     pub fn tier_len(&self, tier: usize) -> usize {
-        self.tiers[tier].values().map(BTreeSet::len).sum()
+        self.tiers[tier].values().map(BTreeMap::len).sum()
     }
 
     /// Returns a cursor in scheduling order. `shares[team]` is the team's current share (GPUs in use divided by
     /// weight); each job the cursor passes adds its GPUs / weight to its team's share, so teams interleave.
     pub fn cursor(&self, shares: Vec<f64>, weights: Vec<f64>) -> Cursor<'_> {
-        Cursor {
-            queue: self,
-            tier: 0,
-            heap: BinaryHeap::new(),
-            iters: Vec::new(),
-            shares,
-            weights,
-            gpus: &self.gpus,
-            started: false,
-        }
+        let per_gpu = weights.iter().map(|w| 1.0 / w.max(1e-9)).collect();
+        Cursor { queue: self, tier: 0, heap: BinaryHeap::new(), iters: Vec::new(), shares, per_gpu, started: false }
     }
 }
 
@@ -130,7 +127,7 @@ impl Queue {
 type HeapKey = Reverse<(u64, Time, usize)>;
 
 /// Where a cursor is in one team's queue of a tier.
-type TeamIter<'a> = std::iter::Peekable<std::collections::btree_set::Iter<'a, (Time, JobId)>>;
+type TeamIter<'a> = std::iter::Peekable<std::collections::btree_map::Iter<'a, (Time, JobId), u32>>;
 
 /// Walks the queue in scheduling order without copying it.
 pub struct Cursor<'a> {
@@ -140,8 +137,8 @@ pub struct Cursor<'a> {
     /// Per team index: where the cursor is in its queue of the current tier.
     iters: Vec<Option<TeamIter<'a>>>,
     shares: Vec<f64>,
-    weights: Vec<f64>,
-    gpus: &'a [u32],
+    /// Per team: the share one GPU adds (1 / weight).
+    per_gpu: Vec<f64>,
     started: bool,
 }
 
@@ -151,7 +148,7 @@ impl Cursor<'_> {
         self.iters.clear();
         for (&team, set) in &self.queue.tiers[self.tier] {
             let mut it = set.iter().peekable();
-            if let Some(&&(t, _)) = it.peek() {
+            if let Some(&(&(t, _), _)) = it.peek() {
                 self.heap.push(Reverse((share_key(self.shares.get(team).copied().unwrap_or(0.0)), t, team)));
                 if self.iters.len() <= team {
                     self.iters.resize_with(team + 1, || None);
@@ -188,14 +185,13 @@ impl Iterator for Cursor<'_> {
             if let Some(mut top) = self.heap.peek_mut() {
                 let Reverse((_, _, team)) = *top;
                 let it = self.iters.get_mut(team)?.as_mut()?;
-                let &(_, job) = it.next()?;
-                let w = self.weights.get(team).copied().unwrap_or(1.0).max(1e-9);
-                let g = self.gpus.get(job.0 as usize).copied().unwrap_or(1) as f64;
+                let (&(_, job), &g) = it.next()?;
+                let per_gpu = self.per_gpu.get(team).copied().unwrap_or(1.0);
                 if let Some(s) = self.shares.get_mut(team) {
-                    *s += g / w;
+                    *s += f64::from(g) * per_gpu;
                 }
                 match it.peek() {
-                    Some(&&(t, _)) => {
+                    Some(&(&(t, _), _)) => {
                         let s = self.shares.get(team).copied().unwrap_or(0.0);
                         *top = Reverse((share_key(s), t, team));
                     }

@@ -1,0 +1,124 @@
+//! Preemption: which running jobs of strictly lower, preemptible tiers a blocked job may stop, and when it may
+//! start to (its tier's queue-wait SLO minus the time new capacity would take).
+
+use crate::access::{Access, Need, job_pools};
+use crate::cluster::Cluster;
+use crate::config::{Config, Market, model_fits};
+use crate::model::{JobId, JobState, NodeId};
+use crate::time::{Time, secs};
+
+/// Picks nodes for every worker of `job` by stopping jobs of strictly lower, preemptible tiers, choosing the
+/// nodes whose victims lose the least work. Returns (node per worker, victims), or `None`.
+pub(crate) fn find_victims(
+    c: &Cluster,
+    cfg: &Config,
+    order: &[usize],
+    job: &Need,
+    now: Time,
+) -> Option<(Vec<NodeId>, Vec<JobId>)> {
+    let (g, w) = (job.g, job.w as usize);
+    let want = job.model.as_deref();
+    let prio = cfg.tiers[job.tier].priority;
+    // One buffer for every node's candidates (a pass may look at hundreds of nodes for each of 16 jobs).
+    let mut cands: Vec<(i128, JobId, u32)> = Vec::new();
+    for pool in job_pools(cfg, order, job.access) {
+        // (lost GPU-ms, node) per candidate node; its victims are found again for the nodes chosen.
+        let mut options: Vec<(i128, NodeId)> = Vec::new();
+        let nodes = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]).filter(|n| n.gpus >= g);
+        for node in nodes.filter(|n| model_fits(want, &n.gpu_model)).take(cfg.policy.preemption_node_limit) {
+            if let Some((cost, victims)) = node_victims(c, cfg, prio, node, g, now, &mut cands)
+                && (victims > 0 || node.free() >= g)
+            {
+                options.push((cost, node.id));
+            }
+        }
+        if options.len() >= w {
+            options.sort();
+            let chosen = &options[..w];
+            let mut victims: Vec<JobId> = Vec::new();
+            for &(_, n) in chosen {
+                node_victims(c, cfg, prio, &c.nodes[n.0 as usize], g, now, &mut cands);
+                victims.extend(cands.iter().map(|&(_, v, _)| v));
+            }
+            victims.sort();
+            victims.dedup();
+            if victims.is_empty() {
+                continue;
+            }
+            return Some((chosen.iter().map(|&(_, n)| n).collect(), victims));
+        }
+    }
+    None
+}
+
+/// Finds the jobs to stop on `node` so it has `g` free GPUs: running jobs of tiers below priority `prio` that
+/// are preemptible and interruptible, those that lose the least work first. Returns (work lost in GPU-ms, how
+/// many), leaving the victims in `cands`; `None` when stopping every candidate does not free enough. A node
+/// with `g` GPUs free already needs none.
+fn node_victims(
+    c: &Cluster,
+    cfg: &Config,
+    prio: u32,
+    node: &crate::model::Node,
+    g: u32,
+    now: Time,
+    cands: &mut Vec<(i128, JobId, u32)>,
+) -> Option<(i128, usize)> {
+    cands.clear();
+    if node.free() >= g {
+        return Some((0, 0));
+    }
+    cands.extend(
+        node.jobs
+            .iter()
+            .map(|&v| &c.jobs[v.0 as usize])
+            .filter(|v| {
+                let t = &cfg.tiers[v.tier];
+                // Jobs bound earlier in this pass are not running yet and are never victims.
+                v.state == JobState::Running && t.priority > prio && t.preemptible && v.interruptible
+            })
+            .map(|v| {
+                let held: u32 = v.placement.iter().filter(|(n, _)| *n == node.id).map(|(_, x)| x).sum();
+                (v.unsaved_work_ms(now) as i128 * v.total_gpus() as i128, v.id, held)
+            }),
+    );
+    cands.sort();
+    let (mut free, mut cost, mut taken) = (node.free(), 0i128, 0usize);
+    for &(lost, _, held) in cands.iter() {
+        if free >= g {
+            break;
+        }
+        free += held;
+        cost += lost;
+        taken += 1;
+    }
+    cands.truncate(taken);
+    (free >= g).then_some((cost, taken))
+}
+
+/// Returns how long after entering the queue a job of `tier` with `access` may start preempting (its SLO minus
+/// the time new capacity would take), or `None` when its tier has nothing to preempt. The same for every job of
+/// the tier and access in one pass (pool sizes do not change within it).
+pub(crate) fn preemption_offset(
+    cfg: &Config,
+    c: &Cluster,
+    order: &[usize],
+    tier: usize,
+    access: Access,
+) -> Option<Time> {
+    let prio = cfg.tiers[tier].priority;
+    if !cfg.tiers.iter().any(|t| t.priority > prio && t.preemptible) {
+        return None;
+    }
+    let slo = secs(cfg.tiers[tier].queue_wait_slo_s);
+    // The soonest a new node could hold it: the boot latency of an allowed cloud pool with room to grow.
+    let boot = job_pools(cfg, order, access)
+        .filter(|&p| cfg.pools[p].market != Market::Fixed && c.pools[p].alive < cfg.pools[p].max_nodes)
+        .map(|p| secs(cfg.pools[p].boot_latency_s))
+        .min();
+    // With no pool able to grow, capacity can only come from jobs ending: wait for that until the SLO itself.
+    Some(match boot {
+        Some(b) => slo - b,
+        None => slo,
+    })
+}
