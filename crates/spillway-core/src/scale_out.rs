@@ -122,7 +122,8 @@ impl Engine {
             no_room: Failed::default(),
             taken: vec![0; pools],
             fallback_after: self.cfg.tiers.iter().map(|t| secs(t.spot_fallback_after_s.min(1e12))).collect(),
-            out: ScalePlan::default(),
+            // One pending reason per job at most: sized once, not grown job by job.
+            out: ScalePlan { reasons: Vec::with_capacity(blocked.len() + shadow.len()), ..ScalePlan::default() },
         };
         for &id in blocked {
             planner.job(id, false, wake);
