@@ -31,6 +31,8 @@ impl Slot {
 
 /// Free GPUs per slot, as a placement reads and edits them. Slots without free GPUs are not listed.
 pub(crate) trait FreeGpus {
+    /// Makes the index ready to be read (a fork lists its booting nodes on first use).
+    fn prepare(&mut self) {}
     /// Returns the listed slot with the fewest free GPUs that has at least `g` of model `model` (ties: the
     /// lowest slot), with its free GPUs.
     fn best_fit(&self, g: u32, model: Option<&str>) -> Option<(u32, Slot)>;
@@ -44,6 +46,7 @@ pub(crate) trait FreeGpus {
 pub(crate) fn place(ix: &mut impl FreeGpus, g: u32, w: u32, model: Option<&str>, keep: bool) -> Vec<(Slot, u32)> {
     // Jobs ask for at least one GPU per worker (submission checks it); a worker of none would fit anywhere.
     let g = g.max(1);
+    ix.prepare();
     // Capacity capped: `w` comes from a user and may be far more than a pool could hold.
     let mut taken: Vec<(Slot, u32)> = Vec::with_capacity((w as usize).min(1024));
     for _ in 0..w {
@@ -93,17 +96,21 @@ pub(crate) struct Fork<'c> {
     own: BTreeSet<(u32, Slot)>,
     /// GPU model of each planned slot.
     planned: Vec<&'c str>,
+    /// The pool's nodes still booting, listed in `own` on first use (most estimates never place in most pools).
+    booting: Option<&'c BTreeSet<NodeId>>,
 }
 
 impl<'c> Fork<'c> {
     /// Returns a fork of a pool's ready index `base` with its `booting` nodes added (all their GPUs free).
-    pub(crate) fn new(
-        base: &'c BTreeSet<(u32, NodeId)>,
-        nodes: &'c [Node],
-        booting: impl Iterator<Item = NodeId>,
-    ) -> Fork<'c> {
-        let own = booting.map(|n| (nodes[n.0 as usize].gpus, Slot::Booting(n))).filter(|&(g, _)| g > 0).collect();
-        Fork { base, nodes, changed: BTreeSet::new(), own, planned: Vec::new() }
+    pub(crate) fn new(base: &'c BTreeSet<(u32, NodeId)>, nodes: &'c [Node], booting: &'c BTreeSet<NodeId>) -> Fork<'c> {
+        Fork {
+            base,
+            nodes,
+            changed: BTreeSet::new(),
+            own: BTreeSet::new(),
+            planned: Vec::new(),
+            booting: Some(booting),
+        }
     }
 
     /// Adds a planned node of `gpus` GPUs of `model`.
@@ -124,6 +131,14 @@ impl<'c> Fork<'c> {
 }
 
 impl FreeGpus for Fork<'_> {
+    fn prepare(&mut self) {
+        if let Some(booting) = self.booting.take() {
+            let nodes = self.nodes;
+            let listed = booting.iter().map(|&n| (nodes[n.0 as usize].gpus, Slot::Booting(n)));
+            self.own.extend(listed.filter(|&(g, _)| g > 0));
+        }
+    }
+
     fn best_fit(&self, g: u32, model: Option<&str>) -> Option<(u32, Slot)> {
         let nodes = self.nodes;
         let from_base = self
@@ -213,7 +228,8 @@ mod tests {
         let mut base = index(&nodes);
         base.remove(&(4, NodeId(2)));
         let before = base.clone();
-        let mut fork = Fork::new(&base, &nodes, [NodeId(2)].into_iter());
+        let booting = BTreeSet::from([NodeId(2)]);
+        let mut fork = Fork::new(&base, &nodes, &booting);
         let got = place(&mut fork, 2, 3, None, true);
         assert_eq!(got.len(), 3);
         assert_eq!(got[0].0, Slot::Ready(NodeId(0)));
@@ -233,7 +249,8 @@ mod tests {
             (0..12).map(|i| node(i, 8, (i * 3) % 9, if i % 4 == 0 { "h100" } else { "a100" })).collect();
         let mut real = index(&nodes);
         let base = real.clone();
-        let mut fork = Fork::new(&base, &nodes, std::iter::empty());
+        let none = BTreeSet::new();
+        let mut fork = Fork::new(&base, &nodes, &none);
         for (g, w, m) in [(1, 3, None), (4, 2, Some("a100")), (2, 5, None), (8, 1, Some("h100")), (3, 2, None)] {
             let a = place(&mut ReadyGpus { free: &mut real, nodes: &nodes }, g, w, m, true);
             let b = place(&mut fork, g, w, m, true);

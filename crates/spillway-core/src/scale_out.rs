@@ -112,9 +112,7 @@ impl Engine {
         let pools = self.cfg.pools.len();
         let mut planner = Planner {
             e: self,
-            forks: (0..pools)
-                .map(|p| Fork::new(&self.c.free[p], &self.c.nodes, self.c.pools[p].requested.iter().copied()))
-                .collect(),
+            forks: (0..pools).map(|p| Fork::new(&self.c.free[p], &self.c.nodes, &self.c.pools[p].requested)).collect(),
             planned: vec![0; pools],
             limits,
             spot_gpus,
