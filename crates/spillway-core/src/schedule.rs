@@ -76,6 +76,8 @@ struct Pass<'a> {
     burst_after: Vec<Time>,
     /// Per tier and access: when after entering the queue a job may preempt (see `preemption_offset`).
     due_offsets: Vec<Option<Option<Time>>>,
+    /// Per tier and access: whether such a job may use a pool that can launch a node now.
+    buys: Vec<Option<bool>>,
     /// Shapes that found no placement, or no victims, in this pass (see `shape`).
     no_room: Failed,
     no_victims: Failed,
@@ -162,6 +164,7 @@ impl<'a> Pass<'a> {
             grows,
             burst_after: cfg.tiers.iter().map(|t| secs(t.burst_after_s)).collect(),
             due_offsets: vec![None; cfg.tiers.len() * 4],
+            buys: vec![None; cfg.tiers.len() * 4],
             no_room: Failed::default(),
             no_victims: Failed::default(),
             buying: 0,
@@ -291,7 +294,7 @@ impl<'a> Pass<'a> {
         }
         let job = &c.jobs[id.0 as usize];
         let (tier, order) = (job.tier, &self.pool_order[job.tier]);
-        let slot = &mut self.due_offsets[tier * 4 + usize::from(access.spot) * 2 + usize::from(access.on_demand)];
+        let slot = &mut self.due_offsets[slot(tier, access)];
         let Some(offset) = *slot.get_or_insert_with(|| preemption_offset(cfg, c, order, tier, access)) else {
             return false;
         };
@@ -370,9 +373,15 @@ impl<'a> Pass<'a> {
     }
 
     /// Returns whether a job of `tier` with `access` may use a pool that can launch a node now.
-    fn may_buy(&self, tier: usize, access: Access) -> bool {
-        job_pools(self.cfg, &self.pool_order[tier], access).any(|p| self.grows[p])
+    fn may_buy(&mut self, tier: usize, access: Access) -> bool {
+        let (cfg, order, grows) = (self.cfg, &self.pool_order[tier], &self.grows);
+        *self.buys[slot(tier, access)].get_or_insert_with(|| job_pools(cfg, order, access).any(|p| grows[p]))
     }
+}
+
+/// Returns the index of (tier, access) in a pass's per-tier-and-access tables.
+fn slot(tier: usize, access: Access) -> usize {
+    tier * 4 + usize::from(access.spot) * 2 + usize::from(access.on_demand)
 }
 
 impl Engine {
