@@ -51,22 +51,39 @@ pub enum JobState {
 }
 
 /// A job as the engine tracks it.
+///
+/// Laid out in declaration order (`repr(C)`) with what a scheduling pass reads of every queued job first (tier,
+/// team, access, timers), so a pass over a long queue touches two or three
+/// cache lines per job instead of most of its ~330 bytes.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct Job {
-    pub id: JobId,
-    pub spec: JobSpec,
     /// Index into `Config::tiers`.
     pub tier: usize,
     /// Index into the engine's team table.
     pub team: usize,
-    pub interruptible: bool,
-    pub checkpoint_interval_ms: Option<Millis>,
-    pub state: JobState,
-    /// Starts so far; a requeue after preemption or a lost node makes the next start attempt `attempt + 1`.
-    pub attempt: u32,
-    pub submitted: Time,
     /// When the job last entered the queue (submission, or its last requeue).
     pub queued_since: Time,
+    /// A stopped attempt is still writing its checkpoint: do not start the next one before this time.
+    pub not_before: Option<Time>,
+    /// Moved back from on-demand to spot: it does not take on-demand again before this time.
+    pub spot_only_until: Option<Time>,
+    pub id: JobId,
+    /// Starts so far; a requeue after preemption or a lost node makes the next start attempt `attempt + 1`.
+    pub attempt: u32,
+    pub state: JobState,
+    pub pending: PendingReason,
+    pub interruptible: bool,
+    /// Moved to on-demand (too many interruptions, or its deadline no longer leaves room for spot).
+    pub pinned_on_demand: bool,
+    /// A deadline job follows uniform progress (the `safe` deadline policy); otherwise it stays on spot until its
+    /// slack runs out (`greedy`).
+    pub uniform_progress: bool,
+    /// While it waits for capacity (`NoCapacity`): the first pool it may buy in and why that pool did not grow.
+    pub not_grown: Option<(usize, crate::growth::NotGrown)>,
+    pub spec: JobSpec,
+    pub checkpoint_interval_ms: Option<Millis>,
+    pub submitted: Time,
     pub first_start: Option<Time>,
     pub attempt_start: Option<Time>,
     pub ended: Option<Time>,
@@ -74,23 +91,11 @@ pub struct Job {
     pub placement: Vec<(NodeId, u32)>,
     /// Last checkpoint reported by the job in this attempt; otherwise estimated from the interval.
     pub last_checkpoint: Option<Time>,
-    pub pending: PendingReason,
     pub preemptions: u32,
     /// Spot interruptions (notices) the job has gone through.
     pub interruptions: u32,
     /// Work saved by checkpoints over all attempts so far.
     pub saved_work_ms: Millis,
-    /// A stopped attempt is still writing its checkpoint: do not start the next one before this time.
-    pub not_before: Option<Time>,
-    /// Moved to on-demand (too many interruptions, or its deadline no longer leaves room for spot).
-    pub pinned_on_demand: bool,
-    /// Moved back from on-demand to spot: it does not take on-demand again before this time.
-    pub spot_only_until: Option<Time>,
-    /// A deadline job follows uniform progress (the `safe` deadline policy); otherwise it stays on spot until its
-    /// slack runs out (`greedy`).
-    pub uniform_progress: bool,
-    /// While it waits for capacity (`NoCapacity`): the first pool it may buy in and why that pool did not grow.
-    pub not_grown: Option<(usize, crate::growth::NotGrown)>,
 }
 
 impl Job {

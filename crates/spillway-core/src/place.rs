@@ -40,15 +40,22 @@ pub(crate) trait FreeGpus {
     fn set(&mut self, slot: Slot, from: u32, to: u32);
 }
 
-/// Places `w` workers of `g` GPUs of `model` and returns the slot each placed worker took, with its free GPUs
-/// before it: `w` entries when the gang fits, fewer when it does not (the most that fit). `keep`: when the gang
-/// fits, `ix` keeps the GPUs taken; otherwise (and always when it does not fit) `ix` is left as it was.
-pub(crate) fn place(ix: &mut impl FreeGpus, g: u32, w: u32, model: Option<&str>, keep: bool) -> Vec<(Slot, u32)> {
+/// Places `w` workers of `g` GPUs of `model` and lists in `taken` (cleared first; a buffer the caller keeps)
+/// the slot each placed worker took, with its free GPUs before it: `w` entries when the gang fits, fewer when
+/// it does not (the most that fit). `keep`: when the gang fits, `ix` keeps the GPUs taken; otherwise (and
+/// always when it does not fit) `ix` is left as it was.
+pub(crate) fn place(
+    ix: &mut impl FreeGpus,
+    g: u32,
+    w: u32,
+    model: Option<&str>,
+    keep: bool,
+    taken: &mut Vec<(Slot, u32)>,
+) {
     // Jobs ask for at least one GPU per worker (submission checks it); a worker of none would fit anywhere.
     let g = g.max(1);
     ix.prepare();
-    // Capacity capped: `w` comes from a user and may be far more than a pool could hold.
-    let mut taken: Vec<(Slot, u32)> = Vec::with_capacity((w as usize).min(1024));
+    taken.clear();
     for _ in 0..w {
         let Some((f, slot)) = ix.best_fit(g, model) else { break };
         ix.set(slot, f, f - g);
@@ -60,7 +67,6 @@ pub(crate) fn place(ix: &mut impl FreeGpus, g: u32, w: u32, model: Option<&str>,
             ix.set(slot, f - g, f);
         }
     }
-    taken
 }
 
 /// A pool's ready nodes with free GPUs, by (free GPUs, node): the cluster's own index, edited in place.
@@ -174,6 +180,12 @@ impl FreeGpus for Fork<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn place(ix: &mut impl FreeGpus, g: u32, w: u32, model: Option<&str>, keep: bool) -> Vec<(Slot, u32)> {
+        let mut taken = Vec::new();
+        super::place(ix, g, w, model, keep, &mut taken);
+        taken
+    }
     use crate::config::Market;
     use crate::model::NodeState;
 

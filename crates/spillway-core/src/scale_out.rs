@@ -9,7 +9,7 @@ use crate::config::Market;
 use crate::event::{Action, DecisionKind};
 use crate::growth::{NotGrown, PoolChange, WhatIf};
 use crate::model::{JobId, JobState, NodeId, PendingReason};
-use crate::place::{Fork, place};
+use crate::place::{Fork, Slot, place};
 use crate::shape::Failed;
 use crate::state::{Engine, WakeAt};
 use crate::time::{Time, secs};
@@ -64,6 +64,9 @@ struct Planner<'e> {
     taken: Vec<u64>,
     /// Per tier: how long a job waits for spot before it may fall back to on-demand.
     fallback_after: Vec<Time>,
+    /// Buffers kept across jobs: the slots the last placement took, the pools a job tries.
+    slots: Vec<(Slot, u32)>,
+    cands: Vec<usize>,
     out: ScalePlan,
 }
 
@@ -120,6 +123,8 @@ impl Engine {
             no_room: Failed::default(),
             taken: vec![0; pools],
             fallback_after: self.cfg.tiers.iter().map(|t| secs(t.spot_fallback_after_s.min(1e12))).collect(),
+            slots: Vec::new(),
+            cands: Vec::new(),
             // One pending reason per job at most: sized once, not grown job by job.
             out: ScalePlan { reasons: Vec::with_capacity(blocked.len() + shadow.len()), ..ScalePlan::default() },
         };
@@ -287,7 +292,8 @@ impl Planner<'_> {
             }
             return;
         }
-        let (cands, held_to_spot) = self.candidates(id, access, fallback_at, wake);
+        let mut cands = std::mem::take(&mut self.cands);
+        let held_to_spot = self.candidates(id, access, fallback_at, wake, &mut cands);
         let mut reason = PendingReason::NoCapacity;
         let mut first_why: Option<(usize, NotGrown)> = None;
         for &p in &cands {
@@ -315,6 +321,7 @@ impl Planner<'_> {
             let kept = (held_to_spot, first_why, mask, self.taken_in(mask));
             self.no_room.insert(&e.c.jobs[id.0 as usize], access, key, kept);
         }
+        self.cands = cands;
         if !job_checkpointing {
             self.out.reasons.push((id, reason, first_why));
         }
@@ -327,19 +334,27 @@ impl Planner<'_> {
         self.taken.iter().enumerate().filter(|&(p, _)| mask & bit(p) != 0).map(|(_, &t)| t).sum()
     }
 
-    /// Returns the cloud pools a job may buy in, in the order it tries them, and whether it is held to spot
-    /// until its fallback time: before it, an interruptible job buys only spot while spot can launch a type that
+    /// Lists in `cands` the cloud pools a job may buy in, in the order it tries them; returns whether it is held
+    /// to spot until its fallback time: before it, an interruptible job buys only spot while spot can launch a type that
     /// holds it; at the spot share target it tries on-demand first.
-    fn candidates(&self, id: JobId, access: Access, fallback_at: Time, wake: &mut WakeAt) -> (Vec<usize>, bool) {
+    fn candidates(
+        &self,
+        id: JobId,
+        access: Access,
+        fallback_at: Time,
+        wake: &mut WakeAt,
+        cands: &mut Vec<usize>,
+    ) -> bool {
         let e = self.e;
         let (now, job) = (e.now, &e.c.jobs[id.0 as usize]);
-        let mut cands: Vec<usize> = job_pools(&e.cfg, &e.pool_order[job.tier], access)
-            .filter(|&p| e.cfg.pools[p].market != Market::Fixed)
-            .collect();
+        cands.clear();
+        cands.extend(
+            job_pools(&e.cfg, &e.pool_order[job.tier], access).filter(|&p| e.cfg.pools[p].market != Market::Fixed),
+        );
         let is_spot = |p: &usize| e.cfg.pools[*p].market == Market::Spot;
         let has_spot = job.interruptible && e.cfg.tiers[job.tier].markets.contains(&Market::Spot);
         if !has_spot || cands.iter().all(is_spot) {
-            return (cands, false);
+            return false;
         }
         let spot_open = cands.iter().any(|&p| {
             is_spot(&p)
@@ -353,9 +368,9 @@ impl Planner<'_> {
         } else if spot_open && now < fallback_at {
             cands.retain(is_spot);
             wake.at(fallback_at);
-            return (cands, true);
+            return true;
         }
-        (cands, false)
+        false
     }
 
     /// Tries one pool for a job: the nodes it counts on there (ready, booting, planned) hold it, or it buys
@@ -374,11 +389,11 @@ impl Planner<'_> {
         let claims = |left: u32, room: u32| w > 1 && free_pool && (left == 0 || room > 0);
         let best = e.best_workers_per_node(p, g, model);
         let starving = |left: u32, room: u32| best == 0 || room < left.div_ceil(best);
-        let (left, used) = fits(&mut self.forks[p], g, w, model);
+        let left = fits(&mut self.forks[p], g, w, model, &mut self.slots);
         if left == 0 {
             self.taken[p] += 1;
             if claims(0, room) {
-                self.out.claimed.extend(used);
+                self.out.claimed.extend(ready(&self.slots));
             }
             return InPool::Fits;
         }
@@ -402,7 +417,7 @@ impl Planner<'_> {
         };
         let Some((it, nodes)) = pick else {
             if claims(left, room) {
-                self.out.claimed.extend(used);
+                self.out.claimed.extend(ready(&self.slots));
             }
             if starving(left, room) {
                 // A pool whose max cannot hold the rest of this job beside the nodes it has is starving: scale-in
@@ -418,10 +433,10 @@ impl Planner<'_> {
             self.out.not_grown.entry(p).or_insert(NotGrown::StepLimit { until: now + cooldown });
         }
         self.buy(id, p, it, n);
-        let (left, used) = fits(&mut self.forks[p], g, w, model);
+        let left = fits(&mut self.forks[p], g, w, model, &mut self.slots);
         self.taken[p] += u64::from(left == 0);
         if claims(left, room - n) {
-            self.out.claimed.extend(used);
+            self.out.claimed.extend(ready(&self.slots));
         }
         if left > 0 && starving(left, room - n) {
             self.out.starved.entry(p).or_insert((g, best));
@@ -476,11 +491,14 @@ impl Planner<'_> {
 }
 
 /// Counts a job's `w` workers of `g` GPUs (of `model`) on a pool's fork where the scheduler would place them,
-/// keeping them there when all fit; returns the workers that do not fit and the ready nodes the placed ones use
-/// (even when only part of a gang fits).
-fn fits(fork: &mut Fork<'_>, g: u32, w: u32, model: Option<&str>) -> (u32, Vec<NodeId>) {
-    let taken = place(fork, g, w, model, true);
-    let mut ready: Vec<NodeId> = taken.iter().filter_map(|&(s, _)| s.ready()).collect();
-    ready.dedup();
-    (w - taken.len() as u32, ready)
+/// keeping them there when all fit; returns the workers that do not fit, and leaves in `slots` the slots the
+/// placed ones use (even when only part of a gang fits).
+fn fits(fork: &mut Fork<'_>, g: u32, w: u32, model: Option<&str>, slots: &mut Vec<(Slot, u32)>) -> u32 {
+    place(fork, g, w, model, true, slots);
+    w - slots.len() as u32
+}
+
+/// Returns the ready nodes among the slots a placement took.
+fn ready(slots: &[(Slot, u32)]) -> impl Iterator<Item = NodeId> + '_ {
+    slots.iter().filter_map(|&(s, _)| s.ready())
 }

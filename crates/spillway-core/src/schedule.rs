@@ -12,7 +12,7 @@ use crate::cluster::Cluster;
 use crate::config::{Config, DeadlinePolicy, Market, model_fits};
 use crate::event::{DecisionKind, StopReason, job_subject};
 use crate::model::{Job, JobId, NodeId, NodeState, PendingReason};
-use crate::place::{ReadyGpus, place};
+use crate::place::{ReadyGpus, Slot, place};
 use crate::preempt::{find_victims, preemption_offset};
 use crate::queue::Queue;
 use crate::shape::Failed;
@@ -94,6 +94,8 @@ struct Pass<'a> {
     buyers_only: bool,
     /// Nodes held back for blocked jobs (pool, free GPUs, node), returned to the free index after the walk.
     reserved: Vec<(usize, u32, NodeId)>,
+    /// A buffer for placement searches.
+    slots: Vec<(Slot, u32)>,
     /// The highest priority (lowest value) of a job whose preemption was due but that found no victims: a job
     /// of a lower, preemptible tier started later in this pass is a victim the next pass would find.
     due_without_victims: Option<u32>,
@@ -106,13 +108,20 @@ struct Pass<'a> {
 
 /// Finds nodes for every worker of `job` inside one pool (the first in its order where the whole gang fits, see
 /// [`place`]), or `None`. Leaves `c` as it was.
-fn find_placement(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Option<Vec<(NodeId, u32)>> {
+/// `slots` is a buffer the caller keeps for the search.
+fn find_placement(
+    c: &mut Cluster,
+    cfg: &Config,
+    order: &[usize],
+    job: &Need,
+    slots: &mut Vec<(Slot, u32)>,
+) -> Option<Vec<(NodeId, u32)>> {
     let Cluster { free, nodes, .. } = c;
     for pool in job_pools(cfg, order, job.access) {
         let mut ready = ReadyGpus { free: &mut free[pool], nodes };
-        let taken = place(&mut ready, job.g, job.w, job.model.as_deref(), false);
-        if taken.len() == job.w as usize {
-            return Some(taken.into_iter().filter_map(|(s, _)| s.ready()).map(|n| (n, job.g)).collect());
+        place(&mut ready, job.g, job.w, job.model.as_deref(), false, slots);
+        if slots.len() == job.w as usize {
+            return Some(slots.iter().filter_map(|(s, _)| s.ready()).map(|n| (n, job.g)).collect());
         }
     }
     None
@@ -175,6 +184,7 @@ impl<'a> Pass<'a> {
             strict_block: false,
             buyers_only: false,
             reserved: Vec::new(),
+            slots: Vec::new(),
             due_without_victims: None,
             first_hold: None,
             last_start: None,
@@ -235,7 +245,7 @@ impl<'a> Pass<'a> {
         let known_full = self.remember && self.no_room.contains(job, access);
         if !self.strict_block && !known_full {
             let need = Need::of(job, now);
-            if let Some(placement) = find_placement(c, cfg, &self.pool_order[need.tier], &need) {
+            if let Some(placement) = find_placement(c, cfg, &self.pool_order[need.tier], &need, &mut self.slots) {
                 self.start(c, id, placement);
                 return;
             }
@@ -251,8 +261,8 @@ impl<'a> Pass<'a> {
     fn timers(&mut self, c: &mut Cluster, id: JobId, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
-        let od_tier = cfg.tiers[job.tier].markets.contains(&Market::OnDemand);
-        if let Some(at) = job.spot_only_until.filter(|&t| t > now && job.interruptible && od_tier) {
+        let od_tier = || cfg.tiers[job.tier].markets.contains(&Market::OnDemand);
+        if let Some(at) = job.spot_only_until.filter(|&t| t > now && job.interruptible && od_tier()) {
             // Just moved back to spot: on-demand opens to it again then.
             wake.at(at);
         }
