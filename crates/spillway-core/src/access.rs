@@ -73,6 +73,10 @@ impl Need {
 /// Returns when a deadline job falls behind uniform progress (its saved work equals the share of its duration that
 /// the time since submission is of the time to its deadline), or `None` without a deadline and a duration.
 pub(crate) fn uniform_progress_at(job: &Job) -> Option<Time> {
+    if !job.deadline_governs() {
+        // Read first: most jobs have no deadline, and this keeps a pass from reading their specs.
+        return None;
+    }
     let (deadline, total) = (job.spec.deadline?, job.spec.expected_duration_ms?);
     let span = (deadline - job.submitted).max(1);
     let done = job.saved_work_ms.clamp(0, total);

@@ -6,7 +6,7 @@
 use crate::cluster::Cluster;
 use crate::config::{Config, GangRoom};
 use crate::event::{Action, Decision, DecisionKind, Event, StopReason, job_subject};
-use crate::model::{Job, JobId, JobSpec, JobState, NodeId, NodeState, PendingReason};
+use crate::model::{Gang, Job, JobId, JobSpec, JobState, NodeId, NodeState, PendingReason};
 use crate::state::{Engine, WakeAt};
 use crate::time::Time;
 
@@ -246,9 +246,8 @@ impl Engine {
         if let Some(quota) = self.c.teams[team].quota_gpus.filter(|&q| need > q) {
             return Err(SubmitError::OverQuota { need, team: spec.team.clone(), quota });
         }
-        let (per_worker, model) = (spec.gpus_per_worker, spec.gpu_model.clone());
         let id = self.add_job(now, spec, tier, team, JobState::Queued);
-        self.queue.register(id, need, per_worker, model.as_deref());
+        self.queue.register(id, need, self.c.jobs[id.0 as usize].gang.kind);
         self.queue.push(tier, team, now, id);
         self.dirty = true;
         Ok(id)
@@ -279,8 +278,15 @@ impl Engine {
         let interruptible = spec.interruptible.unwrap_or(t.interruptible);
         let checkpoint_interval_ms = spec.checkpoint_interval_ms.or(t.checkpoint_interval_s.map(crate::time::secs));
         let id = JobId(self.c.jobs.len() as u32);
+        let gang = Gang {
+            gpus_per_worker: spec.gpus_per_worker,
+            workers: spec.workers,
+            kind: self.queue.kind(spec.gpus_per_worker, spec.gpu_model.as_deref()),
+            deadline_governs: spec.deadline.is_some() && spec.expected_duration_ms.is_some(),
+        };
         self.c.jobs.push(Job {
             id,
+            gang,
             spec,
             tier,
             team,

@@ -53,7 +53,7 @@ pub enum JobState {
 /// A job as the engine tracks it.
 ///
 /// Laid out in declaration order (`repr(C)`) with what a scheduling pass reads of every queued job first (tier,
-/// team, access, timers), so a pass over a long queue touches two or three
+/// team, access, timers, the gang), so a pass over a long queue touches two or three
 /// cache lines per job instead of most of its ~330 bytes.
 #[derive(Debug, Clone)]
 #[repr(C)]
@@ -81,6 +81,7 @@ pub struct Job {
     pub uniform_progress: bool,
     /// While it waits for capacity (`NoCapacity`): the first pool it may buy in and why that pool did not grow.
     pub not_grown: Option<(usize, crate::growth::NotGrown)>,
+    pub gang: Gang,
     pub spec: JobSpec,
     pub checkpoint_interval_ms: Option<Millis>,
     pub submitted: Time,
@@ -98,6 +99,18 @@ pub struct Job {
     pub saved_work_ms: Millis,
 }
 
+/// What a decision pass reads of every job's spec, copied when it is submitted (a spec never changes after) so a
+/// pass over a long queue finds it beside the job's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gang {
+    pub gpus_per_worker: u32,
+    pub workers: u32,
+    /// The engine's number for (GPUs per worker, GPU model): equal numbers, equal needs.
+    pub kind: u32,
+    /// The spec has a deadline and a duration.
+    pub deadline_governs: bool,
+}
+
 impl Job {
     /// Returns the GPUs the whole gang needs, saturating at `u32::MAX`: a job recorded by
     /// [`crate::Engine::submit_refused`] may carry sizes whose product overflows.
@@ -108,7 +121,7 @@ impl Job {
     /// Returns whether the job's deadline decides its use of spot (it has a deadline and a declared duration),
     /// rather than waits and interruption counts.
     pub fn deadline_governs(&self) -> bool {
-        self.spec.deadline.is_some() && self.spec.expected_duration_ms.is_some()
+        self.gang.deadline_governs
     }
 
     /// Returns the work still to do, when the job declared its duration.

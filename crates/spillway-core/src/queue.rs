@@ -40,21 +40,27 @@ impl Queue {
         }
     }
 
-    /// Records how many GPUs job `job` needs in all, and its kind: GPUs per worker and GPU model (once, when it
-    /// is submitted).
-    pub fn register(&mut self, job: JobId, gpus: u32, per_worker: u32, model: Option<&str>) {
-        let i = job.0 as usize;
-        if self.gpus.len() <= i {
-            self.gpus.resize(i + 1, 0);
-            self.kind_of.resize(i + 1, 0);
-        }
-        self.gpus[i] = gpus;
+    /// Returns the number this queue gives jobs of `per_worker` GPUs per worker of `model`: equal numbers,
+    /// equal needs (numbered in the order kinds are first seen).
+    pub fn kind(&mut self, per_worker: u32, model: Option<&str>) -> u32 {
         let key = (per_worker, model.map(str::to_string));
         let next = self.kind_list.len() as u32;
         let kind = *self.kind_ids.entry(key.clone()).or_insert(next);
         if kind == next {
             self.kind_list.push(key);
         }
+        kind
+    }
+
+    /// Records how many GPUs job `job` needs in all, and its kind (see [`Queue::kind`]), once, when it is
+    /// submitted.
+    pub fn register(&mut self, job: JobId, gpus: u32, kind: u32) {
+        let i = job.0 as usize;
+        if self.gpus.len() <= i {
+            self.gpus.resize(i + 1, 0);
+            self.kind_of.resize(i + 1, 0);
+        }
+        self.gpus[i] = gpus;
         self.kind_of[i] = kind;
     }
 
@@ -217,7 +223,7 @@ mod tests {
     #[test]
     fn higher_tiers_come_first_then_age() {
         let mut q = Queue::new(2);
-        (0..3).for_each(|i| q.register(JobId(i), 1, 1, None));
+        (0..3).for_each(|i| q.register(JobId(i), 1, 0));
         q.push(1, 0, 0, JobId(0));
         q.push(0, 0, 50, JobId(1));
         q.push(0, 0, 10, JobId(2));
@@ -228,7 +234,7 @@ mod tests {
     #[test]
     fn a_team_over_its_share_waits_behind_a_team_under_it() {
         let mut q = Queue::new(1);
-        (0..3).for_each(|i| q.register(JobId(i), 1, 1, None));
+        (0..3).for_each(|i| q.register(JobId(i), 1, 0));
         q.push(0, 0, 0, JobId(0));
         q.push(0, 0, 1, JobId(1));
         q.push(0, 1, 5, JobId(2));
@@ -241,7 +247,7 @@ mod tests {
     fn equal_teams_interleave() {
         let mut q = Queue::new(1);
         for i in 0..20 {
-            q.register(JobId(i), 1, 1, None);
+            q.register(JobId(i), 1, 0);
         }
         for i in 0..3 {
             q.push(0, 0, i, JobId(i as u32));

@@ -281,7 +281,7 @@ impl Planner<'_> {
         let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1;
         let remembered = self.no_room.get(job, access, key).filter(|&(.., mask, taken)| {
             // A single worker claims nothing, and one that found no room finds none while GPUs are only taken.
-            !e.exhaustive && (job.spec.workers == 1 || taken == self.taken_in(mask))
+            !e.exhaustive && (job.gang.workers == 1 || taken == self.taken_in(mask))
         });
         if let Some((held_to_spot, why, ..)) = remembered {
             if held_to_spot {

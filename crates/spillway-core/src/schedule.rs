@@ -344,7 +344,7 @@ impl<'a> Pass<'a> {
     fn wait(&mut self, c: &mut Cluster, id: JobId, access: Access, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
-        let (g, w, tier) = (job.spec.gpus_per_worker, job.spec.workers, job.tier);
+        let (g, w, tier) = (job.gang.gpus_per_worker, job.gang.workers, job.tier);
         // A job that already ran (interrupted, preempted, lost) does not wait for fixed capacity again.
         let burst_at = if job.attempt > 0 { now } else { job.queued_since + self.burst_after[tier] };
         if now < burst_at {

@@ -13,28 +13,18 @@ use crate::model::Job;
 /// for each job, never to a long scan of the memo.
 const MAX_SHAPES: usize = 32;
 
-/// What a search for room reads of a job: its gang (GPUs per worker, workers, GPU model), the markets it may use
-/// now and its tier (which pools, in which order, and which jobs are lower). `extra` is a caller's own part of
-/// the key (scale-out: whether the job is spot demand ahead of a move, and whether it is still before its spot
-/// fallback). All but the model are packed into one number, so a lookup compares one word per shape it passes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Shape {
-    key: u128,
-    model: Option<String>,
-}
+/// What a search for room reads of a job: its gang (GPUs per worker and GPU model as the queue's kind number,
+/// workers), the markets it may use now and its tier (which pools, in which order, and which jobs are lower),
+/// packed into one number. `extra` is a caller's own part of the key (scale-out: whether the job is spot demand
+/// ahead of a move, and whether it is still before its spot fallback).
+type Shape = u128;
 
-/// Packs a job's gang size, tier, access and the caller's `extra` into one key: GPUs per worker and workers 32
-/// bits each, the tier 48 (an index into the config's tiers), access 2 and `extra` 8.
-fn key(job: &Job, access: Access, extra: u8) -> u128 {
+/// Returns a job's shape: kind and workers 32 bits each, the tier 48 (an index into the config's tiers),
+/// access 2 and `extra` 8.
+fn key(job: &Job, access: Access, extra: u8) -> Shape {
     let tier = (job.tier as u128) & ((1 << 48) - 1);
     let bits = u128::from(access.spot) | u128::from(access.on_demand) << 1 | u128::from(extra) << 2;
-    u128::from(job.spec.gpus_per_worker) | u128::from(job.spec.workers) << 32 | tier << 64 | bits << 112
-}
-
-impl Shape {
-    fn matches(&self, key: u128, job: &Job) -> bool {
-        self.key == key && self.model.as_deref() == job.spec.gpu_model.as_deref()
-    }
+    u128::from(job.gang.kind) | u128::from(job.gang.workers) << 32 | tier << 64 | bits << 112
 }
 
 /// The shapes that found no room since the capacity they could use last grew, each with a value the caller
@@ -48,17 +38,17 @@ impl<V: Copy> Failed<V> {
     /// Returns what was kept for `job`'s shape, when a job of that shape found no room.
     pub(crate) fn get(&self, job: &Job, access: Access, extra: u8) -> Option<V> {
         let key = key(job, access, extra);
-        self.shapes.iter().find(|(s, _)| s.matches(key, job)).map(|&(_, v)| v)
+        self.shapes.iter().find(|&&(s, _)| s == key).map(|&(_, v)| v)
     }
 
     /// Notes that `job` found no room, with `value` (replacing what was kept for its shape; ignored once the
     /// memo is full).
     pub(crate) fn insert(&mut self, job: &Job, access: Access, extra: u8, value: V) {
         let key = key(job, access, extra);
-        if let Some(kept) = self.shapes.iter_mut().find(|(s, _)| s.matches(key, job)) {
+        if let Some(kept) = self.shapes.iter_mut().find(|&&mut (s, _)| s == key) {
             kept.1 = value;
         } else if self.shapes.len() < MAX_SHAPES {
-            self.shapes.push((Shape { key, model: job.spec.gpu_model.clone() }, value));
+            self.shapes.push((key, value));
         }
     }
 
