@@ -115,7 +115,7 @@ impl Job {
     /// Returns the GPUs the whole gang needs, saturating at `u32::MAX`: a job recorded by
     /// [`crate::Engine::submit_refused`] may carry sizes whose product overflows.
     pub fn total_gpus(&self) -> u32 {
-        self.spec.gpus_per_worker.saturating_mul(self.spec.workers)
+        self.gang.gpus_per_worker.saturating_mul(self.gang.workers)
     }
 
     /// Returns whether the job's deadline decides its use of spot (it has a deadline and a declared duration),

@@ -34,7 +34,7 @@ pub(crate) trait FreeGpus {
     /// Makes the index ready to be read (a fork lists its booting nodes on first use).
     fn prepare(&mut self) {}
     /// Returns the listed slot with the fewest free GPUs that has at least `g` of model `model` (ties: the
-    /// lowest slot), with its free GPUs.
+    /// lowest slot), with its free GPUs. Read only after [`FreeGpus::prepare`] ([`place`] calls both).
     fn best_fit(&self, g: u32, model: Option<&str>) -> Option<(u32, Slot)>;
     /// Changes the free GPUs of `slot` from `from` (as listed) to `to`.
     fn set(&mut self, slot: Slot, from: u32, to: u32);
@@ -92,7 +92,8 @@ impl FreeGpus for ReadyGpus<'_> {
 }
 
 /// A pool's free GPUs as one scale-out estimate sees them: the cluster's index of ready nodes (read, never
-/// edited), the nodes booting and the nodes planned, with the GPUs the jobs counted so far took.
+/// edited), the nodes booting and the nodes planned, with the GPUs the jobs counted so far took. Among slots
+/// with equal free GPUs, ready nodes come first (in the scheduler's order), then booting, then planned ones.
 pub(crate) struct Fork<'c> {
     base: &'c BTreeSet<(u32, NodeId)>,
     nodes: &'c [Node],
@@ -252,6 +253,72 @@ mod tests {
         let got = place(&mut fork, 2, 2, None, true);
         assert_eq!(got.iter().map(|&(s, _)| s).collect::<Vec<_>>(), vec![Slot::Planned(0); 2]);
         assert_eq!(base, before);
+    }
+
+    /// Returns what a fork lists: (free GPUs, slot) for every slot with free GPUs.
+    fn view(f: &Fork<'_>) -> BTreeSet<(u32, Slot)> {
+        let base = f.base.iter().filter(|e| !f.changed.contains(e)).map(|&(g, n)| (g, Slot::Ready(n)));
+        base.chain(f.own.iter().copied()).collect()
+    }
+
+    #[test]
+    fn a_fork_and_the_cluster_index_agree_through_fits_misses_and_undos() {
+        // A seeded walk of placements that fit, partly fit (and are undone) and are not kept: after each, the
+        // fork lists exactly what the cluster's own index holds, and both chose the same slots.
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _ in 0..50 {
+            let nodes: Vec<Node> =
+                (0..8).map(|i| node(i, 8, next(9) as u32, if next(3) == 0 { "h100" } else { "a100" })).collect();
+            let mut real = index(&nodes);
+            let base = real.clone();
+            let none = BTreeSet::new();
+            let mut fork = Fork::new(&base, &nodes, &none);
+            for _ in 0..12 {
+                let (g, w, keep) = (1 + next(8) as u32, 1 + next(4) as u32, next(3) > 0);
+                let model = [None, Some("a100"), Some("h100")][next(3) as usize];
+                let a = place(&mut ReadyGpus { free: &mut real, nodes: &nodes }, g, w, model, keep);
+                let b = place(&mut fork, g, w, model, keep);
+                assert_eq!(a, b, "g={g} w={w} model={model:?} keep={keep}");
+                let listed: BTreeSet<(u32, Slot)> = real.iter().map(|&(g, n)| (g, Slot::Ready(n))).collect();
+                assert_eq!(view(&fork), listed);
+            }
+            assert_eq!(base, index(&nodes), "the fork never edits the index it reads");
+        }
+    }
+
+    #[test]
+    fn a_gang_that_partly_fits_on_a_touched_node_is_undone_and_placed_again() {
+        let nodes = vec![node(0, 8, 0, "a100"), node(1, 8, 0, "a100")];
+        let base = index(&nodes);
+        let none = BTreeSet::new();
+        let mut fork = Fork::new(&base, &nodes, &none);
+        // Takes 6 of node 0 (now 2 free, listed by the fork itself), then a gang of three 4-GPU workers finds
+        // only node 1 twice: undone, node 0 keeps its 2 and node 1 its 8.
+        assert_eq!(place(&mut fork, 6, 1, None, true).len(), 1);
+        assert_eq!(place(&mut fork, 4, 3, None, true).len(), 2);
+        let expect = BTreeSet::from([(2, Slot::Ready(NodeId(0))), (8, Slot::Ready(NodeId(1)))]);
+        assert_eq!(view(&fork), expect);
+        // Node 0 again: its 2 free GPUs, from the fork's own list.
+        assert_eq!(place(&mut fork, 2, 1, None, true), vec![(Slot::Ready(NodeId(0)), 2)]);
+        assert_eq!(view(&fork), BTreeSet::from([(8, Slot::Ready(NodeId(1)))]));
+    }
+
+    #[test]
+    fn booting_and_planned_slots_keep_their_model() {
+        let nodes = vec![node(0, 8, 8, "a100"), node(1, 8, 0, "h100")];
+        let mut base = index(&nodes);
+        // Node 1 is still booting: not in the ready index.
+        base.remove(&(8, NodeId(1)));
+        let booting = BTreeSet::from([NodeId(1)]);
+        let mut fork = Fork::new(&base, &nodes, &booting);
+        assert!(place(&mut fork, 1, 1, Some("a100"), true).is_empty(), "the booting node is an h100");
+        fork.plan(8, "a100");
+        assert_eq!(place(&mut fork, 1, 1, Some("a100"), true)[0].0, Slot::Planned(0));
+        assert_eq!(place(&mut fork, 1, 1, Some("h100"), true)[0].0, Slot::Booting(NodeId(1)));
     }
 
     #[test]

@@ -124,8 +124,7 @@ impl Queue {
     /// Returns a cursor in scheduling order. `shares[team]` is the team's current share (GPUs in use divided by
     /// weight); each job the cursor passes adds its GPUs / weight to its team's share, so teams interleave.
     pub fn cursor(&self, shares: Vec<f64>, weights: Vec<f64>) -> Cursor<'_> {
-        let per_gpu = weights.iter().map(|w| 1.0 / w.max(1e-9)).collect();
-        Cursor { queue: self, tier: 0, heap: BinaryHeap::new(), iters: Vec::new(), shares, per_gpu, started: false }
+        Cursor { queue: self, tier: 0, heap: BinaryHeap::new(), iters: Vec::new(), shares, weights, started: false }
     }
 }
 
@@ -143,8 +142,7 @@ pub struct Cursor<'a> {
     /// Per team index: where the cursor is in its queue of the current tier.
     iters: Vec<Option<TeamIter<'a>>>,
     shares: Vec<f64>,
-    /// Per team: the share one GPU adds (1 / weight).
-    per_gpu: Vec<f64>,
+    weights: Vec<f64>,
     started: bool,
 }
 
@@ -192,9 +190,11 @@ impl Iterator for Cursor<'_> {
                 let Reverse((_, _, team)) = *top;
                 let it = self.iters.get_mut(team)?.as_mut()?;
                 let (&(_, job), &g) = it.next()?;
-                let per_gpu = self.per_gpu.get(team).copied().unwrap_or(1.0);
+                // Divided, not multiplied by 1 / weight: the two differ in the last bit for some weights, and the
+                // share key truncates, so that bit can reorder teams.
+                let w = self.weights.get(team).copied().unwrap_or(1.0).max(1e-9);
                 if let Some(s) = self.shares.get_mut(team) {
-                    *s += f64::from(g) * per_gpu;
+                    *s += f64::from(g) / w;
                 }
                 match it.peek() {
                     Some(&(&(t, _), _)) => {
@@ -219,6 +219,22 @@ impl Iterator for Cursor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_share_grows_by_gpus_divided_by_weight_exactly() {
+        // Weight 3 after three 7-GPU jobs: 7/3 added three times is 7.0 exactly; 7 x (1/3) added three times is
+        // 6.999999999999999, whose truncated key would put team 0 ahead of team 1 at 7.0.
+        let mut q = Queue::new(1);
+        for i in 0..4 {
+            q.register(JobId(i), 7, 0);
+            q.push(0, 0, 10 + i as Time, JobId(i));
+        }
+        q.register(JobId(9), 1, 0);
+        q.push(0, 1, 0, JobId(9));
+        // At equal shares (7.0 each) the older head job goes first: team 1's.
+        let order: Vec<_> = q.cursor(vec![0.0, 7.0], vec![3.0, 1.0]).collect();
+        assert_eq!(order, vec![JobId(0), JobId(1), JobId(2), JobId(9), JobId(3)]);
+    }
 
     #[test]
     fn higher_tiers_come_first_then_age() {
