@@ -316,6 +316,9 @@ pub struct WhatIfView {
     pub not_grown_detail: Option<String>,
     /// Jobs the answer looked at (waiting, or running and wanting spot capacity to move to).
     pub jobs: usize,
+    /// Of those, the jobs that may use this pool now (tier, market, GPU model): with none, no max helps.
+    #[serde(default)]
+    pub may_use: usize,
 }
 
 /// One instance type of a [`WhatIfView`].

@@ -72,4 +72,7 @@ pub struct WhatIf {
     pub not_grown: Option<NotGrown>,
     /// Jobs the estimate looked at (waiting jobs and running jobs that want spot capacity to move to).
     pub jobs: usize,
+    /// Of those, the jobs that may use this pool now (its tier, market and GPU model allow it): with none, no
+    /// max makes it launch anything.
+    pub may_use: usize,
 }

@@ -131,3 +131,22 @@ fn a_pool_whose_types_failed_to_launch_says_it_is_backed_off() {
     let job = h.e.cluster().jobs.iter().find(|j| j.pending == PendingReason::NoCapacity).expect("a waiting job");
     assert!(matches!(job.not_grown, Some((1, NotGrown::BackedOff { until })) if until > h.now), "{:?}", job.not_grown);
 }
+
+#[test]
+fn a_pool_no_waiting_job_may_use_says_so_in_its_answer() {
+    // p2 may use owned and spot capacity only: an on-demand pool, however large, launches nothing for it.
+    let od = "\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"g8\"]\nmax_nodes = 2\n";
+    let mut h = Harness::new(&format!("{CAPPED}{od}"));
+    for _ in 0..20 {
+        h.submit(spec("p2", 8, 1));
+    }
+    h.run_world(600.0, 30.0);
+    h.timeout();
+    h.drain();
+    let od =
+        h.e.what_if("od", PoolChange { max_nodes: Some(12), ..PoolChange::default() }).expect("od is a cloud pool");
+    assert!(od.launches.is_empty(), "{od:?}");
+    assert_eq!((od.jobs, od.may_use), (16, 0), "16 jobs wait and none may use od: {od:?}");
+    let spot = h.e.what_if("spot", PoolChange::default()).expect("spot is a cloud pool");
+    assert_eq!((spot.jobs, spot.may_use), (16, 16), "{spot:?}");
+}

@@ -217,6 +217,13 @@ fn number<T: std::str::FromStr>(name: &str, v: Option<&str>) -> ApiResult<Option
     v.map(|x| x.parse::<T>().map_err(|_| bad(name, format!("{name} must be a number, got {}", shown(x))))).transpose()
 }
 
+/// Returns a query parameter that must be a count or an id (0 to 4294967295), or `None` when absent; 422
+/// naming the parameter and the range otherwise.
+fn whole(name: &str, v: Option<&str>) -> ApiResult<Option<u32>> {
+    let refuse = |x: &str| bad(name, format!("{name} must be a whole number from 0 to {}, got {}", u32::MAX, shown(x)));
+    v.map(|x| x.parse::<u32>().map_err(|_| refuse(x))).transpose()
+}
+
 /// Returns the id in a path once the caller is known: 400 naming `id` when it is not one.
 fn path_id(p: RawPath) -> ApiResult<u32> {
     let bad_id = |what: &str| ApiError::field(StatusCode::BAD_REQUEST, "id", format!("{what} is not an id"));
@@ -565,7 +572,7 @@ async fn pool_what_if(State(s): S, headers: HeaderMap, name: RawPath, RawQuery(r
     admin(&s, &headers)?;
     let name = path_name(name)?;
     let q: WhatIfQuery = query(raw.as_deref())?;
-    let max_nodes = number::<u32>("max_nodes", q.max_nodes.as_deref())?;
+    let max_nodes = whole("max_nodes", q.max_nodes.as_deref())?;
     let ignore_cooldown = match q.ignore_cooldown.as_deref() {
         None | Some("false") => false,
         Some("true") => true,
@@ -589,6 +596,7 @@ async fn pool_what_if(State(s): S, headers: HeaderMap, name: RawPath, RawQuery(r
         not_grown: w.not_grown.map(|g| g.code().to_string()),
         not_grown_detail: w.not_grown.map(|g| g.describe(now)),
         jobs: w.jobs,
+        may_use: w.may_use,
     };
     Ok(axum::Json(v).into_response())
 }
@@ -616,10 +624,10 @@ fn event_subject(q: &EventQuery) -> ApiResult<Option<String>> {
     if let Some(second) = given.get(1) {
         return Err(bad(second, "give at most one of job, node and pool"));
     }
-    if let Some(j) = number::<u32>("job", q.job.as_deref())? {
+    if let Some(j) = whole("job", q.job.as_deref())? {
         return Ok(Some(format!("job:{j}")));
     }
-    if let Some(n) = number::<u32>("node", q.node.as_deref())? {
+    if let Some(n) = whole("node", q.node.as_deref())? {
         return Ok(Some(format!("node:{n}")));
     }
     Ok(q.pool.as_ref().map(|p| format!("pool:{p}")))

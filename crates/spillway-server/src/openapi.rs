@@ -174,7 +174,7 @@ pub fn document() -> Value {
                                   ("gpus", "integer"), ("free_gpus", "integer"), ("protected", "boolean")], &["id", "state"]),
                 "PoolView": obj(&[("name", "string"), ("market", "string"), ("nodes", "integer"), ("ready_nodes", "integer"), ("min_nodes", "integer"),
                                   ("max_nodes", "integer"), ("gpus", "integer"), ("busy_gpus", "integer"), ("protected", "boolean")], &["name"]),
-                "WhatIfView": obj(&[("pool", "string"), ("max_nodes", "integer"), ("launches", "array"), ("not_grown", "string"), ("not_grown_detail", "string"), ("jobs", "integer")], &["pool", "launches"]),
+                "WhatIfView": obj(&[("pool", "string"), ("max_nodes", "integer"), ("launches", "array"), ("not_grown", "string"), ("not_grown_detail", "string"), ("jobs", "integer"), ("may_use", "integer")], &["pool", "launches"]),
                 "PoolScale": obj(&[("min_nodes", "integer"), ("max_nodes", "integer")], &[]),
                 "Protect": obj(&[("protected", "boolean")], &["protected"]),
                 "EventView": obj(&[("seq", "integer"), ("at", "number"), ("kind", "string"), ("subject", "string"), ("reason", "string"), ("detail", "string")], &["kind"]),

@@ -790,6 +790,7 @@ min_step_nodes = 8
     assert!((3..=4).contains(&jobs), "{w}");
     assert_eq!(w["max_nodes"], json!(4));
     assert_eq!(w["launches"], json!([{"instance_type": "g8", "nodes": jobs - 1}]), "{w}");
+    assert_eq!(w["may_use"], json!(jobs), "every waiting job may use the cloud pool: {w}");
     let now = d.get("/v1/pools/cloud/what-if").json();
     assert_eq!(now["launches"], json!([]), "at its max of 1 it buys nothing: {now}");
     assert!(now["not_grown"] == json!("at_max") || now["not_grown"] == json!("cooldown"), "{now}");
@@ -798,7 +799,9 @@ min_step_nodes = 8
 
     d.get("/v1/pools/onprem/what-if").assert_error(409, None, "a fixed pool");
     d.get("/v1/pools/nope/what-if").assert_error(404, None, "an unknown pool");
-    d.get("/v1/pools/cloud/what-if?max_nodes=abc").assert_error(422, Some("max_nodes"), "max_nodes=abc");
+    let abc = d.get("/v1/pools/cloud/what-if?max_nodes=abc");
+    assert!(abc.body.contains("whole number from 0 to 4294967295"), "the error says what is allowed: {}", abc.body);
+    abc.assert_error(422, Some("max_nodes"), "max_nodes=abc");
     d.get("/v1/pools/cloud/what-if?max_nodes=-1").assert_error(422, Some("max_nodes"), "max_nodes=-1");
     d.get("/v1/pools/cloud/what-if?max_nodes=4294967296").assert_error(422, Some("max_nodes"), "past u32");
     d.get("/v1/pools/cloud/what-if?ignore_cooldown=maybe").assert_error(422, Some("ignore_cooldown"), "maybe");

@@ -502,7 +502,12 @@ fn what_if_text(w: &WhatIfView) -> String {
     let launches: Vec<String> = w.launches.iter().map(|l| format!("{} x {}", l.nodes, l.instance_type)).collect();
     let what = if launches.is_empty() { "nothing".to_string() } else { launches.join(", ") };
     let why = w.not_grown_detail.as_ref().map_or(String::new(), |d| format!("; still short: {d}"));
-    format!("pool {} at max {}: would launch {what} for {} waiting jobs{why}\n", w.pool, w.max_nodes, w.jobs)
+    let none = if w.may_use == 0 && w.jobs > 0 {
+        format!("; none of them may use pool {} (tier, market or GPU model)", w.pool)
+    } else {
+        String::new()
+    };
+    format!("pool {} at max {}: would launch {what} for {} waiting jobs{why}{none}\n", w.pool, w.max_nodes, w.jobs)
 }
 
 /// Returns the nodes table: ID POOL TYPE MARKET STATE GPUS FREE JOBS (a protected node's state says so).

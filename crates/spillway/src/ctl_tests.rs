@@ -143,3 +143,13 @@ fn durations_and_times() {
     assert_eq!(fmt_duration(2.0 * 86400.0 + 7200.0), "2d02h");
     assert_eq!(fmt_time(1_700_000_000.0), "2023-11-14 22:13:20");
 }
+
+#[test]
+fn a_what_if_answer_says_when_no_waiting_job_may_use_the_pool() {
+    let w = WhatIfView { pool: "od".into(), max_nodes: 12, jobs: 16, may_use: 0, ..WhatIfView::default() };
+    let text = what_if_text(&w);
+    assert!(text.contains("would launch nothing for 16 waiting jobs"), "{text}");
+    assert!(text.contains("none of them may use pool od"), "{text}");
+    let some = WhatIfView { may_use: 3, ..w };
+    assert!(!what_if_text(&some).contains("none of them"), "{}", what_if_text(&some));
+}
