@@ -156,7 +156,7 @@ impl Runner {
                 let line = format!("spillway agent node {}: cannot start worker: {text}", self.node);
                 append_log_line(&log_path, self.run_as.as_ref(), &line);
                 self.log(&format!("could not start {}: {text}", name(&w)));
-                self.record_exit(WorkerExit { worker: w, code: Some(SPAWN_FAILED_CODE), success: false });
+                self.record_exit(WorkerExit { worker: w, code: Some(SPAWN_FAILED_CODE), success: false, signal: None });
                 StartOutcome::Failed(text)
             }
         }
@@ -211,10 +211,10 @@ impl Runner {
             // have been reused yet: the pid was reaped just now.
             signal_group(worker.pgid, libc::SIGKILL);
             self.gpus.release(w);
-            let code = status.and_then(|s| s.code());
+            let (code, signal) = (status.and_then(|s| s.code()), status.and_then(|s| s.signal()));
             let how = status.map(|s| describe(&s)).unwrap_or_else(|| "unknown status".into());
             self.log(&format!("{} exited with {how}", name(&w)));
-            let exit = WorkerExit { worker: w, code, success: code == Some(0) };
+            let exit = WorkerExit { worker: w, code, success: code == Some(0), signal };
             self.exited.push(exit.clone());
             report.exits.push(exit);
         }
@@ -256,16 +256,16 @@ impl Runner {
             signal_group(worker.pgid, libc::SIGKILL);
             // The leader too, in case it moved itself out of its group.
             let _ = worker.child.kill();
-            let code = match worker.child.wait() {
-                Ok(status) => status.code(),
+            let (code, signal) = match worker.child.wait() {
+                Ok(status) => (status.code(), status.signal()),
                 Err(e) => {
                     eprintln!("agent node {}: cannot reap {}: {e}", self.node, name(&w));
-                    None
+                    (None, None)
                 }
             };
             self.gpus.release(w);
             self.log(&format!("killed {}", name(&w)));
-            self.record_exit(WorkerExit { worker: w, code, success: code == Some(0) });
+            self.record_exit(WorkerExit { worker: w, code, success: code == Some(0), signal });
         }
     }
 

@@ -267,6 +267,12 @@ pub struct JobView {
     pub pending_detail: Option<String>,
     pub interruptions: u32,
     pub preemptions: u32,
+    /// Once it ended by itself: the exit code of the attempt that ended it (a gang's first failed rank, else rank
+    /// 0), or the signal that killed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_signal: Option<i32>,
 }
 
 /// A node as the API shows it.
@@ -402,6 +408,9 @@ pub struct WorkerExit {
     /// Exit code, or `None` when killed by a signal.
     pub code: Option<i32>,
     pub success: bool,
+    /// The signal that killed it, when one did (agents before this field send none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
 }
 
 /// `POST /v1/agent/heartbeat`, every second or so, with the node's token. The first one registers the node (it is

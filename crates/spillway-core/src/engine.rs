@@ -305,6 +305,7 @@ impl Engine {
             preemptions: 0,
             interruptions: 0,
             saved_work_ms: 0,
+            exit: None,
             not_before: None,
             pinned_on_demand: false,
             spot_only_until: None,
@@ -330,7 +331,7 @@ impl Engine {
             Event::InterruptionNotice { node, deadline } => self.interruption_notice(node, deadline)?,
             Event::LaunchFailed { node, error } => self.launch_failed(node, error)?,
             Event::NodeLost { node } => self.node_lost(node)?,
-            Event::JobExited { job, attempt, success } => {
+            Event::JobExited { job, attempt, success, exit } => {
                 if !self.is_current_attempt(job, attempt)? {
                     return Ok(());
                 }
@@ -338,6 +339,16 @@ impl Engine {
                 let j = &mut self.c.jobs[job.0 as usize];
                 j.state = if success { JobState::Succeeded } else { JobState::Failed };
                 j.ended = Some(now);
+                j.exit = exit;
+                let ran = j.attempt_start.map_or(0, |s| now - s) / 1000;
+                let how = exit.map_or(String::new(), |x| format!(" with {x}"));
+                let reason = if success { "succeeded" } else { "failed" };
+                self.record(
+                    DecisionKind::JobFinished,
+                    || job_subject(job),
+                    reason,
+                    || format!("attempt {attempt} exited{how} after {ran} s"),
+                );
             }
             Event::AttemptLost { job, attempt } => {
                 if !self.is_current_attempt(job, attempt)? {
@@ -663,6 +674,11 @@ impl Engine {
         let j = &mut self.c.jobs[id.0 as usize];
         j.state = JobState::Cancelled;
         j.ended = Some(self.now);
+        let was =
+            if state == JobState::Running { format!("attempt {attempt} stopped") } else { "never started".into() };
+        let was =
+            if state == JobState::Queued && attempt > 0 { format!("queued after {attempt} attempts") } else { was };
+        self.record(DecisionKind::JobFinished, || job_subject(id), "cancelled", || format!("cancelled: {was}"));
         Ok(())
     }
 

@@ -16,6 +16,23 @@ pub enum LaunchError {
     Transient(String),
 }
 
+/// How a job's process ended: its exit code, or the signal that killed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => write!(f, "signal {s}"),
+        }
+    }
+}
+
 /// Something that happened, handed to [`crate::Engine::handle_event`] with the time it happened. Serializable so a
 /// shell can log its inputs and rebuild the engine by replaying them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,8 +46,15 @@ pub enum Event {
     InterruptionNotice { node: NodeId, deadline: Time },
     /// A node vanished without notice (heartbeat gone); its jobs must be requeued.
     NodeLost { node: NodeId },
-    /// A job's attempt exited on its own; `success` is its exit status.
-    JobExited { job: JobId, attempt: u32, success: bool },
+    /// A job's attempt exited on its own; `success` is its exit status, `exit` how its process ended when known
+    /// (a gang's first failed rank, else rank 0).
+    JobExited {
+        job: JobId,
+        attempt: u32,
+        success: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit: Option<Exit>,
+    },
     /// The process running a job's attempt is gone though its node is fine (its agent was replaced, say): the
     /// job is requeued as on a lost node (`StopReason::NodeLost`) if that attempt is still its running one;
     /// otherwise the event is ignored.

@@ -97,6 +97,8 @@ pub struct Job {
     pub interruptions: u32,
     /// Work saved by checkpoints over all attempts so far.
     pub saved_work_ms: Millis,
+    /// How the attempt that ended the job exited, when its process reported it.
+    pub exit: Option<crate::event::Exit>,
 }
 
 /// What a decision pass reads of every job's spec, copied when it is submitted (a spec never changes after) so a

@@ -167,7 +167,7 @@ fn removing_an_idle_node_from_a_full_pool_lets_a_blocked_job_buy_at_once() {
     let big = h.submit(spec("p0", 8, 1));
     assert!(launches(&h.drain()).is_empty(), "the pool is at max");
     h.at(1000.0);
-    h.event(Event::JobExited { job: small, attempt: 1, success: true });
+    h.event(Event::JobExited { job: small, attempt: 1, success: true, exit: None });
     // The 1-GPU node idles out at 1600 s; from then on the pool has room for an 8-GPU node.
     let a = h.run_world(86_400.0, 240.0);
     assert_eq!(terminates(&a).len(), 1, "{a:?}");
@@ -452,7 +452,7 @@ fn a_p1_job_preempts_p2_but_a_p2_job_never_preempts_p1() {
     let a = h.run_until(86_400.0);
     assert!(stops(&a).is_empty(), "a lower tier never preempts: {a:?}");
     assert_eq!(h.job(p2).state, JobState::Queued);
-    h.event(Event::JobExited { job: p1, attempt: 1, success: true });
+    h.event(Event::JobExited { job: p1, attempt: 1, success: true, exit: None });
     assert!(started(&h.drain(), p2).is_some());
     let p1b = h.submit(spec("p1", 8, 1));
     let a = h.run_until(86_400.0 + 3600.0);
@@ -570,7 +570,7 @@ fn team_quota_blocks_a_job_without_launching() {
     // The free fixed node was there all along: another team's job takes it.
     let other = h.submit(spec_of("p0", "free", 8, 1));
     assert!(started(&h.drain(), other).is_some());
-    h.event(Event::JobExited { job: first, attempt: 1, success: true });
+    h.event(Event::JobExited { job: first, attempt: 1, success: true, exit: None });
     let a = h.drain();
     assert!(started(&a, second).is_some(), "the quota has room again: {a:?}");
     assert!(launches(&a).is_empty());
@@ -668,7 +668,7 @@ fn run_and_idle(h: &mut Harness, jobs: usize) -> Vec<NodeId> {
     assert_eq!(starts(&h.drain()).len(), jobs);
     h.at(1000.0);
     for id in ids {
-        h.event(Event::JobExited { job: id, attempt: 1, success: true });
+        h.event(Event::JobExited { job: id, attempt: 1, success: true, exit: None });
     }
     nodes
 }
@@ -699,7 +699,7 @@ fn a_node_that_gets_work_again_restarts_its_idle_clock() {
     let job = h.submit(spec("p0", 8, 1));
     assert_eq!(started(&h.drain(), job).map(|p| p[0].0), Some(nodes[0]));
     h.at(1550.0);
-    h.event(Event::JobExited { job, attempt: 1, success: true });
+    h.event(Event::JobExited { job, attempt: 1, success: true, exit: None });
     assert!(terminates(&h.run_until(2149.0)).is_empty(), "idle since 1550 s");
     assert_eq!(terminates(&h.run_until(2150.0)), nodes);
 }
@@ -745,7 +745,7 @@ fn scale_in_cooldown_spaces_removals() {
     let on = started(&h.drain(), job).expect("starts")[0].0;
     let other = *nodes.iter().find(|&&n| n != on).unwrap();
     h.at(1100.0);
-    h.event(Event::JobExited { job, attempt: 1, success: true });
+    h.event(Event::JobExited { job, attempt: 1, success: true, exit: None });
     let a = h.run_until(1600.0);
     assert_eq!(terminates(&a), vec![other], "{a:?}");
     // `on` is idle past its timeout from 1700 s, but the scale-in cooldown holds it until 1600 + 300 = 1900 s.
@@ -847,18 +847,18 @@ fn a_stale_job_exit_of_an_old_attempt_is_ignored() {
     let high = h.submit(spec("p0", 8, 1));
     assert_eq!(stops(&h.drain()), vec![(low, 1, StopReason::Preempted { by: high })]);
     h.at(20.0);
-    h.event(Event::JobExited { job: high, attempt: 1, success: true });
+    h.event(Event::JobExited { job: high, attempt: 1, success: true, exit: None });
     let p = starts(&h.drain());
     assert_eq!(p.iter().map(|x| (x.0, x.1)).collect::<Vec<_>>(), vec![(low, 2)], "second attempt of the p2 job");
     h.at(30.0);
-    h.event(Event::JobExited { job: low, attempt: 1, success: true });
+    h.event(Event::JobExited { job: low, attempt: 1, success: true, exit: None });
     assert!(h.drain().is_empty());
     assert_eq!(h.job(low).state, JobState::Running, "the exit of attempt 1 is stale");
     assert_eq!(h.job(low).attempt, 2);
-    h.event(Event::JobExited { job: low, attempt: 2, success: true });
+    h.event(Event::JobExited { job: low, attempt: 2, success: true, exit: None });
     assert_eq!(h.job(low).state, JobState::Succeeded);
     // A repeat of an exit already applied changes nothing either.
-    h.event(Event::JobExited { job: low, attempt: 2, success: false });
+    h.event(Event::JobExited { job: low, attempt: 2, success: false, exit: None });
     assert_eq!(h.job(low).state, JobState::Succeeded);
 }
 
@@ -895,7 +895,7 @@ fn a_lost_attempt_requeues_its_job_on_a_node_that_stays() {
     h.event(Event::AttemptLost { job, attempt: 1 });
     assert!(non_records(&h.drain()).is_empty());
     assert_eq!(h.job(job).attempt, 2);
-    h.event(Event::JobExited { job, attempt: 2, success: true });
+    h.event(Event::JobExited { job, attempt: 2, success: true, exit: None });
     h.event(Event::AttemptLost { job, attempt: 2 });
     assert!(non_records(&h.drain()).is_empty());
     assert_eq!(h.job(job).state, JobState::Succeeded);
@@ -930,7 +930,7 @@ fn cancelling_a_running_job_stops_it_and_frees_its_gpus() {
 fn events_about_unknown_nodes_and_jobs_are_refused() {
     let mut h = Harness::new(&fixed(1, 8));
     assert!(h.e.handle_event(0, Event::NodeReady { node: NodeId(99) }).is_err());
-    assert!(h.e.handle_event(0, Event::JobExited { job: JobId(7), attempt: 1, success: true }).is_err());
+    assert!(h.e.handle_event(0, Event::JobExited { job: JobId(7), attempt: 1, success: true, exit: None }).is_err());
     h.check("refused events");
 }
 

@@ -615,7 +615,7 @@ impl World<'_> {
                         continue;
                     }
                     self.pending_exit.remove(&job);
-                    Event::JobExited { job, attempt, success: true }
+                    Event::JobExited { job, attempt, success: true, exit: None }
                 }
                 Ev::Checkpoint(job, attempt) => {
                     if self.pending_exit.get(&job) != Some(&attempt) {

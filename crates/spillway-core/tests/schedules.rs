@@ -38,7 +38,7 @@ fn a_windows_max_removes_idle_nodes_at_once_and_caps_scale_out() {
     for &j in &jobs {
         h.at(1_000.0);
         let attempt = h.job(j).attempt;
-        h.event(Event::JobExited { job: j, attempt, success: true });
+        h.event(Event::JobExited { job: j, attempt, success: true, exit: None });
     }
     h.drain();
     // New jobs take the idle nodes at 1,100 s (inside their idle timeout) and run past the window's opening.
@@ -48,7 +48,7 @@ fn a_windows_max_removes_idle_nodes_at_once_and_caps_scale_out() {
     assert!(more.iter().all(|&j| started(&a, j).is_some()), "the idle nodes take the new jobs");
     for &j in &more {
         let attempt = h.job(j).attempt;
-        h.event(Event::JobExited { job: j, attempt, success: true });
+        h.event(Event::JobExited { job: j, attempt, success: true, exit: None });
     }
     let a = h.drain();
     assert_eq!(terminates(&a).len(), 2, "inside the window only one node stays: {a:?}");

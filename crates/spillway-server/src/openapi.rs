@@ -169,7 +169,8 @@ pub fn document() -> Value {
             "schemas": {
                 "JobSubmit": job_submit(),
                 "JobView": obj(&[("id", "integer"), ("name", "string"), ("tier", "string"), ("team", "string"), ("state", "string"), ("attempt", "integer"),
-                                 ("gpus", "integer"), ("workers", "integer"), ("submitted_at", "number"), ("pending_reason", "string")], &["id", "state"]),
+                                 ("gpus", "integer"), ("workers", "integer"), ("submitted_at", "number"), ("pending_reason", "string"),
+                                 ("exit_code", "integer"), ("exit_signal", "integer")], &["id", "state"]),
                 "NodeView": obj(&[("id", "integer"), ("pool", "string"), ("instance_type", "string"), ("market", "string"), ("state", "string"),
                                   ("gpus", "integer"), ("free_gpus", "integer"), ("protected", "boolean")], &["id", "state"]),
                 "PoolView": obj(&[("name", "string"), ("market", "string"), ("nodes", "integer"), ("ready_nodes", "integer"), ("min_nodes", "integer"),

@@ -16,7 +16,7 @@
 
 use crate::store::{Entry, JobCommand, Store, StoreError};
 use spillway_api::{Assignment, EventView, WorkerRef};
-use spillway_core::{Action, Engine, Event, JobId, JobState, NodeId, NodeState, Time};
+use spillway_core::{Action, Engine, Event, Exit, JobId, JobState, NodeId, NodeState, Time};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 
@@ -41,6 +41,9 @@ pub enum Effect {
     /// List the provider's instances and reconcile ([`State::reconcile`]).
     List,
 }
+
+/// Per rank of one attempt: whether it succeeded and how its process ended.
+pub(crate) type RankExits = BTreeMap<u32, (bool, Option<Exit>)>;
 
 /// Settings of the state that are not part of the cluster config.
 #[derive(Debug, Clone)]
@@ -94,8 +97,8 @@ pub struct State {
     backlog: BTreeMap<String, (Vec<u32>, usize)>,
     /// Nodes whose launch is in flight (not yet answered).
     pub(crate) launching: BTreeSet<u32>,
-    /// Exits reported so far by (job, attempt): rank -> success.
-    pub(crate) exits: BTreeMap<(u32, u32), BTreeMap<u32, bool>>,
+    /// Exits reported so far by (job, attempt).
+    pub(crate) exits: BTreeMap<(u32, u32), RankExits>,
     /// Spot nodes under an interruption notice, and when the cloud takes them.
     pub reclaim_at: BTreeMap<u32, Time>,
     /// Provider calls to make.
@@ -437,7 +440,14 @@ impl State {
 
     /// Records a worker's exit; when the attempt is over (every rank exited, or one failed) logs `JobExited`.
     /// Returns whether the exit can be acknowledged (it is recorded for good).
-    pub(crate) fn worker_exited(&mut self, now: Time, w: WorkerRef, success: bool) -> Result<bool, ApplyError> {
+    /// The attempt's exit is its first failed rank's, or rank 0's when all succeeded.
+    pub(crate) fn worker_exited(
+        &mut self,
+        now: Time,
+        w: WorkerRef,
+        success: bool,
+        exit: Option<Exit>,
+    ) -> Result<bool, ApplyError> {
         let Some(job) = self.engine.job(JobId(w.job)) else { return Ok(true) };
         if job.state != JobState::Running || job.attempt != w.attempt {
             // A stopped or finished attempt: its exit changes nothing.
@@ -446,14 +456,13 @@ impl State {
         }
         let world = job.placement.len();
         let ranks = self.exits.entry((w.job, w.attempt)).or_default();
-        ranks.insert(w.rank, success);
-        let failed = ranks.values().any(|ok| !ok);
-        if failed || ranks.len() >= world {
+        ranks.insert(w.rank, (success, exit));
+        let failed = ranks.values().find(|(ok, _)| !ok).copied();
+        if failed.is_some() || ranks.len() >= world {
+            let exit = failed.map_or_else(|| ranks.get(&0).and_then(|r| r.1), |(_, x)| x);
             self.exits.remove(&(w.job, w.attempt));
-            self.apply(
-                now,
-                Entry::Event(Event::JobExited { job: JobId(w.job), attempt: w.attempt, success: !failed }),
-            )?;
+            let (job, attempt, success) = (JobId(w.job), w.attempt, failed.is_none());
+            self.apply(now, Entry::Event(Event::JobExited { job, attempt, success, exit }))?;
             return Ok(true);
         }
         // Not acknowledged until the whole attempt is logged, so a restart cannot lose a gang's earlier exits.

@@ -2,7 +2,7 @@
 
 use crate::state::State;
 use spillway_api::{CostView, EventView, JobView, NodeView, PoolView};
-use spillway_core::{DecisionKind, Job, JobState, Market, Node, NodeState, PendingReason, Time};
+use spillway_core::{DecisionKind, Exit, Job, JobState, Market, Node, NodeState, PendingReason, Time};
 
 /// Returns seconds since the epoch.
 fn secs(t: Time) -> f64 {
@@ -142,6 +142,14 @@ pub fn job(st: &State, j: &Job) -> JobView {
             }),
         interruptions: j.interruptions,
         preemptions: j.preemptions,
+        exit_code: match j.exit {
+            Some(Exit::Code(c)) => Some(c),
+            _ => None,
+        },
+        exit_signal: match j.exit {
+            Some(Exit::Signal(s)) => Some(s),
+            _ => None,
+        },
     }
 }
 

@@ -90,7 +90,14 @@ fn a_finished_job_is_never_handed_out_again_after_a_restart() {
     let reply = beat(&mut st, T0 + 200, node, 1, vec![], vec![]);
     let w = reply.run.first().expect("the job is handed to its node").worker;
     beat(&mut st, T0 + 300, node, 2, vec![w], vec![]);
-    let reply = beat(&mut st, T0 + 400, node, 3, vec![], vec![WorkerExit { worker: w, code: Some(0), success: true }]);
+    let reply = beat(
+        &mut st,
+        T0 + 400,
+        node,
+        3,
+        vec![],
+        vec![WorkerExit { worker: w, code: Some(0), success: true, signal: None }],
+    );
     assert_eq!(reply.acked_exits, vec![w]);
     assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Succeeded);
     drop(st);
@@ -119,8 +126,14 @@ fn a_node_reports_only_for_the_workers_placed_on_it() {
     assert_eq!(st.node_of_token(&tokens[&other]), Some(other));
     let w = WorkerRef { job: 0, attempt: 1, rank: 0 };
     // The other node's token reports the job's worker as failed: acknowledged, and nothing changes.
-    let reply =
-        beat(&mut st, T0 + 200, other, 1, vec![], vec![WorkerExit { worker: w, code: Some(1), success: false }]);
+    let reply = beat(
+        &mut st,
+        T0 + 200,
+        other,
+        1,
+        vec![],
+        vec![WorkerExit { worker: w, code: Some(1), success: false, signal: None }],
+    );
     assert_eq!(reply.acked_exits, vec![w]);
     assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Running);
     // Its checkpoint reports are ignored too, and it is told to stop a worker it runs that is not its own.
@@ -128,8 +141,14 @@ fn a_node_reports_only_for_the_workers_placed_on_it() {
     assert_eq!(reply.stop.iter().map(|s| s.worker).collect::<Vec<_>>(), vec![w]);
     assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Running);
     // A stale heartbeat (an older seq) is ignored.
-    let reply =
-        beat(&mut st, T0 + 350, other, 1, vec![], vec![WorkerExit { worker: w, code: Some(1), success: false }]);
+    let reply = beat(
+        &mut st,
+        T0 + 350,
+        other,
+        1,
+        vec![],
+        vec![WorkerExit { worker: w, code: Some(1), success: false, signal: None }],
+    );
     assert!(reply.acked_exits.is_empty() && reply.run.is_empty());
 }
 

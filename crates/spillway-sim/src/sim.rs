@@ -435,7 +435,7 @@ impl<'a> Sim<'a> {
                     self.last_end = now;
                     self.running_gpus -= self.engine.job(job).map_or(0, |j| j.total_gpus() as i64);
                 }
-                self.engine.handle_event(now, Event::JobExited { job, attempt, success: true })
+                self.engine.handle_event(now, Event::JobExited { job, attempt, success: true, exit: None })
             }
             SimEvent::Sample => {
                 self.sample();

@@ -464,7 +464,8 @@ pub fn jobs_table(jobs: &[JobView], now: f64) -> String {
         .iter()
         .map(|j| {
             let gpus = if j.workers > 1 { format!("{}x{}", j.workers, j.gpus) } else { j.gpus.to_string() };
-            let reason = j.pending_reason.clone().unwrap_or_else(|| "-".into());
+            // A job that ended by itself says how; one waiting says why.
+            let reason = j.pending_reason.clone().or_else(|| exit_text(j)).unwrap_or_else(|| "-".into());
             vec![
                 j.id.to_string(),
                 j.name.clone(),
@@ -495,6 +496,16 @@ fn job_detail(j: &JobView, now: f64) -> String {
         j.interruptions,
         j.preemptions
     ) + &j.pending_detail.as_ref().map_or(String::new(), |d| format!("waiting:       {d}\n"))
+        + &exit_text(j).map_or(String::new(), |e| format!("exit:          {e}\n"))
+}
+
+/// Returns how a job that ended by itself exited (`exit code 3`, `signal 9`), when its agent reported it.
+fn exit_text(j: &JobView) -> Option<String> {
+    match (j.exit_code, j.exit_signal) {
+        (Some(c), _) => Some(format!("exit code {c}")),
+        (None, Some(s)) => Some(format!("signal {s}")),
+        (None, None) => None,
+    }
 }
 
 /// Returns a what-if answer for people: the launches, and why the pool would still buy less than asked.

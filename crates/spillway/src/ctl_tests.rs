@@ -153,3 +153,14 @@ fn a_what_if_answer_says_when_no_waiting_job_may_use_the_pool() {
     let some = WhatIfView { may_use: 3, ..w };
     assert!(!what_if_text(&some).contains("none of them"), "{}", what_if_text(&some));
 }
+
+#[test]
+fn a_job_that_exited_shows_its_code_or_signal() {
+    let failed = JobView { id: 4, state: "failed".into(), exit_code: Some(3), ..JobView::default() };
+    assert!(jobs_table(std::slice::from_ref(&failed), 0.0).contains("exit code 3"));
+    assert!(job_detail(&failed, 0.0).contains("exit:          exit code 3"), "{}", job_detail(&failed, 0.0));
+    let killed = JobView { exit_code: None, exit_signal: Some(9), ..failed };
+    assert!(job_detail(&killed, 0.0).contains("signal 9"));
+    let queued = JobView { state: "queued".into(), pending_reason: Some("no_capacity".into()), ..JobView::default() };
+    assert!(!job_detail(&queued, 0.0).contains("exit:"));
+}

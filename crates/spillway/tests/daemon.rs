@@ -224,6 +224,58 @@ boot_latency_s = 1
 "#;
 
 #[test]
+fn a_job_that_fails_tells_how_in_its_view_the_cli_and_the_event_log() {
+    let d = Daemon::new("exit", SMALL_CONFIG);
+    let submit = |argv: Value| {
+        let b = d.post("/v1/jobs", json!({"tier": "p0", "team": "research", "gpus": 1, "argv": argv}));
+        b["id"].as_u64().expect("a job id")
+    };
+    let three = submit(json!(["sh", "-c", "exit 3"]));
+    let killed = submit(json!(["sh", "-c", "kill -9 $$"]));
+    let fine = submit(json!(["true"]));
+    let t = Instant::now();
+    let ended = |id: u64| d.get(&format!("/v1/jobs/{id}"))["ended_at"].is_number();
+    while !(ended(three) && ended(killed) && ended(fine)) {
+        assert!(t.elapsed() < Duration::from_secs(30), "jobs did not end: {}", d.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (j3, j9, ok) =
+        (d.get(&format!("/v1/jobs/{three}")), d.get(&format!("/v1/jobs/{killed}")), d.get(&format!("/v1/jobs/{fine}")));
+    assert_eq!((j3["state"].as_str(), j3["exit_code"].as_i64()), (Some("failed"), Some(3)), "{j3}");
+    assert_eq!((j9["state"].as_str(), j9["exit_signal"].as_i64()), (Some("failed"), Some(9)), "{j9}");
+    assert_eq!((ok["state"].as_str(), ok["exit_code"].as_i64()), (Some("succeeded"), Some(0)), "{ok}");
+    // The job's story ends with how it ended, in the event log.
+    let events = d.get(&format!("/v1/events?job={three}"));
+    let finished: Vec<&Value> =
+        events.as_array().expect("events").iter().filter(|e| e["kind"] == "job_finished").collect();
+    assert_eq!(finished.len(), 1, "{events}");
+    assert_eq!(finished[0]["reason"], "failed");
+    assert!(finished[0]["detail"].as_str().is_some_and(|s| s.contains("exit code 3")), "{events}");
+    let cancelled = submit(json!(["sleep", "60"]));
+    assert_eq!(d.raw("POST", &format!("/v1/jobs/{cancelled}/cancel"), Some(&d.admin()), None).0, 200);
+    let events = d.get(&format!("/v1/events?job={cancelled}"));
+    assert!(
+        events.as_array().expect("events").iter().any(|e| e["kind"] == "job_finished" && e["reason"] == "cancelled"),
+        "{events}"
+    );
+    // And in `spillway jobs show`.
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args([
+            "jobs",
+            "show",
+            &three.to_string(),
+            "--server",
+            &format!("http://127.0.0.1:{}", d.port),
+            "--token",
+            &d.admin(),
+        ])
+        .output()
+        .expect("runs spillway");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("exit:          exit code 3"), "{shown}{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn tokens_scope_what_a_caller_can_see_and_do() {
     let d = Daemon::new("sec", SMALL_CONFIG);
     let tokens = d.tokens();

@@ -175,7 +175,7 @@ impl Harness {
             let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.exits).into_iter().partition(|x| x.0 <= next);
             self.exits = later;
             for (_, job, attempt) in due {
-                self.event(Event::JobExited { job, attempt, success: true });
+                self.event(Event::JobExited { job, attempt, success: true, exit: None });
             }
             if wake <= next {
                 self.timeout();

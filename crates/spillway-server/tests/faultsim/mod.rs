@@ -440,6 +440,7 @@ impl World {
                         worker: w,
                         code: if stopped { None } else { Some(i32::from(!success)) },
                         success,
+                        signal: stopped.then_some(15),
                     });
                 }
             }
