@@ -375,6 +375,13 @@ impl Engine {
             Event::SetNodeProtection { node, protected } => {
                 self.node(node)?;
                 self.c.nodes[node.0 as usize].protected = protected;
+                let what = if protected { "protected from scale-in" } else { "no longer protected from scale-in" };
+                self.record(
+                    DecisionKind::Admin,
+                    || format!("node:{}", node.0),
+                    "set_node_protection",
+                    || format!("node {} {what}", node.0),
+                );
             }
             Event::CancelJob { job } => self.cancel(job)?,
             Event::SetPoolBounds { pool, min_nodes, max_nodes } => {
@@ -383,10 +390,26 @@ impl Engine {
                 if p.market == crate::Market::Fixed || min > max {
                     return Err(EventError::BadBounds { pool: p.name.clone(), min, max });
                 }
+                let (before, name) = ((p.min_nodes, p.max_nodes), p.name.clone());
                 (p.min_nodes, p.max_nodes) = (min, max);
+                self.record(
+                    DecisionKind::Admin,
+                    || format!("pool:{name}"),
+                    "set_pool_bounds",
+                    || format!("min {} -> {min}, max {} -> {max}", before.0, before.1),
+                );
             }
             Event::SetPoolProtection { pool, protected } => {
-                self.cfg.pools.get_mut(pool).ok_or(EventError::UnknownPool(pool))?.scale_in_protection = protected;
+                let p = self.cfg.pools.get_mut(pool).ok_or(EventError::UnknownPool(pool))?;
+                p.scale_in_protection = protected;
+                let name = p.name.clone();
+                let what = if protected { "protected from scale-in" } else { "no longer protected from scale-in" };
+                self.record(
+                    DecisionKind::Admin,
+                    || format!("pool:{name}"),
+                    "set_pool_protection",
+                    || format!("pool {name} {what}"),
+                );
             }
         }
         self.dirty = true;
@@ -517,8 +540,8 @@ impl Engine {
             "placed",
             || {
                 format!(
-                    "attempt {attempt} on {} node(s) of pool {pool_name} after {} s queued",
-                    placement.len(),
+                    "attempt {attempt} on node(s) {} of pool {pool_name} after {} s queued",
+                    node_list(placement.iter().map(|&(n, _)| n)),
                     waited / 1000
                 )
             },
@@ -718,4 +741,9 @@ impl Engine {
         self.c.node_end(node, NodeState::Lost, self.now);
         Ok(())
     }
+}
+
+/// Returns node ids for a record: `3, 7, 9` (one entry per worker, so a node holding two workers shows twice).
+pub(crate) fn node_list(nodes: impl Iterator<Item = NodeId>) -> String {
+    nodes.map(|n| n.0.to_string()).collect::<Vec<_>>().join(", ")
 }

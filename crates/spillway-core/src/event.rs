@@ -121,6 +121,8 @@ pub enum DecisionKind {
     NodeKept,
     Interruption,
     Fallback,
+    /// An operator changed a pool's bounds or protection, or a node's protection.
+    Admin,
 }
 
 /// One decision with its time and machine-readable reason, e.g. `scale_out` of pool `spot` because

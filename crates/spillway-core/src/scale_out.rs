@@ -215,6 +215,7 @@ impl Engine {
         let now = self.now;
         let market = self.cfg.pools[pool].market;
         let mut what = Vec::new();
+        let mut added = Vec::new();
         for (it, count) in types {
             let itx = &self.cfg.instance_types[it];
             let price = itx.price_usd_per_hour(market).unwrap_or(0.0);
@@ -224,8 +225,10 @@ impl Engine {
                 let node = self.c.add_node(pool, market, Some(it), model.clone(), gpus, price, now);
                 self.c.counters.nodes_launched += 1;
                 self.actions.push_back(Action::Launch { node, pool, instance_type: it });
+                added.push(node);
             }
         }
+        let ids = || crate::engine::node_list(added.iter().copied());
         self.c.counters.scale_actions += 1;
         self.c.pools[pool].last_scale_out = Some(now);
         let name = self.cfg.pools[pool].name.clone();
@@ -241,13 +244,16 @@ impl Engine {
             Some((gpus, waited, _)) => (
                 "queued_demand",
                 format!(
-                    "launch {}: {gpus} GPUs of {} demand waiting up to {} s",
+                    "launch {} (node(s) {}): {gpus} GPUs of {} demand waiting up to {} s",
                     what.join(", "),
+                    ids(),
                     tiers.join("/"),
                     waited / 1000
                 ),
             ),
-            None => ("below_min", format!("launch {}: pool below its (scheduled) min", what.join(", "))),
+            None => {
+                ("below_min", format!("launch {} (node(s) {}): pool below its (scheduled) min", what.join(", "), ids()))
+            }
         };
         self.record(DecisionKind::ScaleOut, || format!("pool:{name}"), reason, || detail);
     }

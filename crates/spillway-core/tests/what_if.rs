@@ -150,3 +150,24 @@ fn a_pool_no_waiting_job_may_use_says_so_in_its_answer() {
     let spot = h.e.what_if("spot", PoolChange::default()).expect("spot is a cloud pool");
     assert_eq!((spot.jobs, spot.may_use), (16, 16), "{spot:?}");
 }
+
+#[test]
+fn operator_changes_and_the_nodes_of_each_decision_are_in_the_log() {
+    let mut h = capped_with(3, 600.0);
+    let launched = h.records_of(DecisionKind::ScaleOut, "queued_demand");
+    assert!(launched.iter().all(|d| d.detail.contains("(node(s) ")), "launch records name their nodes: {launched:?}");
+    let started = h.records_of(DecisionKind::JobStarted, "placed");
+    assert!(started.iter().any(|d| d.detail.contains("on node(s) 0 of pool onprem")), "{started:?}");
+    h.event(Event::SetPoolBounds { pool: 1, min_nodes: None, max_nodes: Some(5) });
+    h.event(Event::SetPoolProtection { pool: 1, protected: true });
+    h.event(Event::SetNodeProtection { node: spillway_core::NodeId(0), protected: true });
+    h.drain();
+    let bounds = h.records_of(DecisionKind::Admin, "set_pool_bounds");
+    assert!(
+        bounds.len() == 1 && bounds[0].subject == "pool:spot" && bounds[0].detail.contains("max 3 -> 5"),
+        "{bounds:?}"
+    );
+    assert_eq!(h.records_of(DecisionKind::Admin, "set_pool_protection").len(), 1);
+    let node = h.records_of(DecisionKind::Admin, "set_node_protection");
+    assert!(node.len() == 1 && node[0].subject == "node:0", "{node:?}");
+}

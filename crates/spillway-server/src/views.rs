@@ -31,7 +31,7 @@ pub fn parse_job_state(name: &str) -> Option<JobState> {
 
 /// Every kind of recorded decision. [`decision_kind`] matches exhaustively, so a new kind fails the build there
 /// until it is named; add it here too (a test checks the two agree with the engine's serialized names).
-pub const DECISION_KINDS: [DecisionKind; 12] = [
+pub const DECISION_KINDS: [DecisionKind; 13] = [
     DecisionKind::JobStarted,
     DecisionKind::JobPending,
     DecisionKind::JobPreempted,
@@ -44,6 +44,7 @@ pub const DECISION_KINDS: [DecisionKind; 12] = [
     DecisionKind::NodeKept,
     DecisionKind::Interruption,
     DecisionKind::Fallback,
+    DecisionKind::Admin,
 ];
 
 /// Returns the API name of a decision kind (`EventView::kind`).
@@ -61,6 +62,7 @@ pub fn decision_kind(k: DecisionKind) -> &'static str {
         DecisionKind::NodeKept => "node_kept",
         DecisionKind::Interruption => "interruption",
         DecisionKind::Fallback => "fallback",
+        DecisionKind::Admin => "admin",
     }
 }
 
