@@ -1,6 +1,6 @@
 //! What goes into the engine (events), what comes out (actions), and the record of every decision.
 
-use crate::model::{JobId, NodeId, PendingReason};
+use crate::model::{Exit, JobId, NodeId, PendingReason};
 use crate::time::{Millis, Time};
 use serde::{Deserialize, Serialize};
 
@@ -14,23 +14,6 @@ pub enum LaunchError {
     Quota,
     /// Anything that may work on a retry.
     Transient(String),
-}
-
-/// How a job's process ended: its exit code, or the signal that killed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Exit {
-    Code(i32),
-    Signal(i32),
-}
-
-impl std::fmt::Display for Exit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Exit::Code(c) => write!(f, "exit code {c}"),
-            Exit::Signal(s) => write!(f, "signal {s}"),
-        }
-    }
 }
 
 /// Something that happened, handed to [`crate::Engine::handle_event`] with the time it happened. Serializable so a

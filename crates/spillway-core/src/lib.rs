@@ -27,8 +27,8 @@ mod window;
 
 pub use config::{Config, ConfigError, GangRoom, Market};
 pub use engine::{EventError, SubmitError, check_spec};
-pub use event::{Action, Decision, DecisionKind, Event, Exit, LaunchError, StopReason};
+pub use event::{Action, Decision, DecisionKind, Event, LaunchError, StopReason};
 pub use growth::{NotGrown, PoolChange, WhatIf};
-pub use model::{Job, JobId, JobSpec, JobState, Node, NodeId, NodeState, PendingReason};
+pub use model::{Exit, Job, JobId, JobSpec, JobState, Node, NodeId, NodeState, PendingReason};
 pub use state::Engine;
 pub use time::Time;

@@ -39,6 +39,23 @@ impl JobSpec {
     }
 }
 
+/// How a job's process ended: its exit code, or the signal that killed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => write!(f, "signal {s}"),
+        }
+    }
+}
+
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -98,7 +115,7 @@ pub struct Job {
     /// Work saved by checkpoints over all attempts so far.
     pub saved_work_ms: Millis,
     /// How the attempt that ended the job exited, when its process reported it.
-    pub exit: Option<crate::event::Exit>,
+    pub exit: Option<Exit>,
 }
 
 /// What a decision pass reads of every job's spec, copied when it is submitted (a spec never changes after) so a
