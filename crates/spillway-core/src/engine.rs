@@ -373,7 +373,10 @@ impl Engine {
                 }
             }
             Event::SetNodeProtection { node, protected } => {
-                self.node(node)?;
+                if self.node(node)?.protected == protected {
+                    // Nothing changes: nothing to record.
+                    return Ok(());
+                }
                 self.c.nodes[node.0 as usize].protected = protected;
                 let what = if protected { "protected from scale-in" } else { "no longer protected from scale-in" };
                 self.record(
@@ -391,6 +394,9 @@ impl Engine {
                     return Err(EventError::BadBounds { pool: p.name.clone(), min, max });
                 }
                 let (before, name) = ((p.min_nodes, p.max_nodes), p.name.clone());
+                if before == (min, max) {
+                    return Ok(());
+                }
                 (p.min_nodes, p.max_nodes) = (min, max);
                 self.record(
                     DecisionKind::Admin,
@@ -401,6 +407,9 @@ impl Engine {
             }
             Event::SetPoolProtection { pool, protected } => {
                 let p = self.cfg.pools.get_mut(pool).ok_or(EventError::UnknownPool(pool))?;
+                if p.scale_in_protection == protected {
+                    return Ok(());
+                }
                 p.scale_in_protection = protected;
                 let name = p.name.clone();
                 let what = if protected { "protected from scale-in" } else { "no longer protected from scale-in" };
@@ -743,7 +752,8 @@ impl Engine {
     }
 }
 
-/// Returns node ids for a record: `3, 7, 9` (one entry per worker, so a node holding two workers shows twice).
+/// Returns node ids for a record, each once, in order: `3, 7, 9`.
 pub(crate) fn node_list(nodes: impl Iterator<Item = NodeId>) -> String {
-    nodes.map(|n| n.0.to_string()).collect::<Vec<_>>().join(", ")
+    let ids: std::collections::BTreeSet<u32> = nodes.map(|n| n.0).collect();
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }

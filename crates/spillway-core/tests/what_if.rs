@@ -168,6 +168,12 @@ fn operator_changes_and_the_nodes_of_each_decision_are_in_the_log() {
         "{bounds:?}"
     );
     assert_eq!(h.records_of(DecisionKind::Admin, "set_pool_protection").len(), 1);
+    // A change that changes nothing is not recorded.
+    h.event(Event::SetPoolProtection { pool: 1, protected: true });
+    h.event(Event::SetPoolBounds { pool: 1, min_nodes: None, max_nodes: Some(5) });
+    h.drain();
+    assert_eq!(h.records_of(DecisionKind::Admin, "set_pool_protection").len(), 1);
+    assert_eq!(h.records_of(DecisionKind::Admin, "set_pool_bounds").len(), 1);
     let node = h.records_of(DecisionKind::Admin, "set_node_protection");
     assert!(node.len() == 1 && node[0].subject == "node:0", "{node:?}");
 }

@@ -109,10 +109,13 @@ pub enum PoolsCommand {
     /// List pools.
     Ls,
     /// Change a pool's node bounds; an absent bound keeps its value.
+    #[command(group(clap::ArgGroup::new("bounds").required(true).multiple(true).args(["min", "max"])))]
     Scale {
         name: String,
+        /// The pool's new min nodes (at least one of --min and --max).
         #[arg(long)]
         min: Option<u32>,
+        /// The pool's new max nodes; below its nodes now, idle ones go first as scale-in allows.
         #[arg(long)]
         max: Option<u32>,
     },
@@ -513,12 +516,13 @@ fn what_if_text(w: &WhatIfView) -> String {
     let launches: Vec<String> = w.launches.iter().map(|l| format!("{} x {}", l.nodes, l.instance_type)).collect();
     let what = if launches.is_empty() { "nothing".to_string() } else { launches.join(", ") };
     let why = w.not_grown_detail.as_ref().map_or(String::new(), |d| format!("; still short: {d}"));
-    let none = if w.may_use == 0 && w.jobs > 0 {
-        format!("; none of them may use pool {} (tier, market or GPU model)", w.pool)
-    } else {
-        String::new()
+    let usable = match (w.may_use, w.jobs) {
+        (_, 0) => String::new(),
+        (0, _) => format!("; none of them may use pool {} (tier, market or GPU model)", w.pool),
+        (u, j) if u < j => format!(" ({u} of them may use pool {})", w.pool),
+        _ => String::new(),
     };
-    format!("pool {} at max {}: would launch {what} for {} waiting jobs{why}{none}\n", w.pool, w.max_nodes, w.jobs)
+    format!("pool {} at max {}: would launch {what} for {} waiting jobs{usable}{why}\n", w.pool, w.max_nodes, w.jobs)
 }
 
 /// Returns the nodes table: ID POOL TYPE MARKET STATE GPUS FREE JOBS (a protected node's state says so).

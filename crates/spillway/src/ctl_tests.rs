@@ -150,8 +150,10 @@ fn a_what_if_answer_says_when_no_waiting_job_may_use_the_pool() {
     let text = what_if_text(&w);
     assert!(text.contains("would launch nothing for 16 waiting jobs"), "{text}");
     assert!(text.contains("none of them may use pool od"), "{text}");
-    let some = WhatIfView { may_use: 3, ..w };
-    assert!(!what_if_text(&some).contains("none of them"), "{}", what_if_text(&some));
+    let some = WhatIfView { may_use: 3, ..w.clone() };
+    assert!(what_if_text(&some).contains("for 16 waiting jobs (3 of them may use pool od)"), "{}", what_if_text(&some));
+    let all = WhatIfView { may_use: 16, ..w };
+    assert!(!what_if_text(&all).contains("of them"), "{}", what_if_text(&all));
 }
 
 #[test]

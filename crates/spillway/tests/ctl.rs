@@ -167,3 +167,10 @@ fn no_server_anywhere_is_an_error() {
     assert_eq!(out.status.code(), Some(1), "stderr: {}", text(&out.stderr));
     assert!(text(&out.stderr).contains("no server: pass --server or run spillway up"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn pools_scale_without_a_bound_is_a_usage_error() {
+    let out = spillway(&["pools", "scale", "spot", "--server", "http://127.0.0.1:9", "--token", "t"]);
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--min"), "{}", text(&out.stderr));
+}
