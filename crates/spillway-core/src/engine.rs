@@ -596,7 +596,7 @@ impl Engine {
             "requeued",
             || {
                 format!(
-                    "attempt {attempt} stopped ({reason:?}); {} s of work since its last checkpoint lost",
+                    "attempt {attempt} stopped ({reason}); {} s of work since its last checkpoint lost",
                     lost_ms / 1000
                 )
             },
@@ -731,7 +731,7 @@ impl Engine {
             "launch_failed",
             || {
                 format!(
-                    "launch of {it_name} in pool {pool_name} failed ({error:?}); offering backed off {} s",
+                    "launch of {it_name} in pool {pool_name} failed ({error}); offering backed off {} s",
                     delay / 1000
                 )
             },

@@ -72,6 +72,31 @@ pub enum StopReason {
     Migrated,
 }
 
+impl std::fmt::Display for StopReason {
+    /// Says why an attempt stopped, for people (records, logs).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::Preempted { by } => write!(f, "preempted for job {}", by.0),
+            StopReason::Cancelled => write!(f, "cancelled"),
+            StopReason::NodeLost => write!(f, "its node was lost"),
+            StopReason::Interrupted { checkpoint: true } => write!(f, "spot interruption, checkpointed"),
+            StopReason::Interrupted { checkpoint: false } => write!(f, "spot interruption, no time to checkpoint"),
+            StopReason::Migrated => write!(f, "moved to on-demand for its deadline"),
+        }
+    }
+}
+
+impl std::fmt::Display for LaunchError {
+    /// Says why a launch failed, for people.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LaunchError::InsufficientCapacity => write!(f, "no capacity for this offering"),
+            LaunchError::Quota => write!(f, "an account limit was reached"),
+            LaunchError::Transient(why) => write!(f, "{why}"),
+        }
+    }
+}
+
 /// An effect the shell must carry out, read with [`crate::Engine::poll_action`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
