@@ -649,6 +649,14 @@ async fn list_events(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -
     if let Some(p) = q.pool.as_deref() {
         pool_index(&st, p).map_err(|e| bad("pool", e.1.error))?;
     }
+    // An unknown job or node has no events; say so rather than answer an empty page.
+    if let Some(j) = whole("job", q.job.as_deref())?.filter(|&j| st.engine.job(JobId(j)).is_none()) {
+        return Err(bad("job", format!("no job {j}")));
+    }
+    if let Some(n) = whole("node", q.node.as_deref())?.filter(|&n| st.engine.cluster().nodes.get(n as usize).is_none())
+    {
+        return Err(bad("node", format!("no node {n}")));
+    }
     let page = views::events_page(&st, from, limit, |e| {
         subject.as_ref().is_none_or(|x| e.subject == *x) && kind.is_none_or(|k| e.kind == k)
     });

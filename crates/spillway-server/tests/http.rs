@@ -722,6 +722,8 @@ fn events_page_oldest_first_and_refuse_unknown_filters() {
         ("kind=bogus", "kind"),
         ("pool=nope", "pool"),
         ("node=x", "node"),
+        ("node=999", "node"),
+        ("job=999", "job"),
         ("job=1&node=1", "node"),
         ("limit=5000", "limit"),
         ("cursor=-1", "cursor"),
