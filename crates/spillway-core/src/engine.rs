@@ -706,10 +706,11 @@ impl Engine {
         let j = &mut self.c.jobs[id.0 as usize];
         j.state = JobState::Cancelled;
         j.ended = Some(self.now);
-        let was =
-            if state == JobState::Running { format!("attempt {attempt} stopped") } else { "never started".into() };
-        let was =
-            if state == JobState::Queued && attempt > 0 { format!("queued after {attempt} attempts") } else { was };
+        let was = match state {
+            JobState::Running => format!("attempt {attempt} stopped"),
+            _ if attempt > 0 => format!("queued after {attempt} attempts"),
+            _ => "never started".into(),
+        };
         self.record(DecisionKind::JobFinished, || job_subject(id), "cancelled", || format!("cancelled: {was}"));
         Ok(())
     }

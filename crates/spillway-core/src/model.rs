@@ -47,6 +47,22 @@ pub enum Exit {
     Signal(i32),
 }
 
+impl Exit {
+    /// Returns how a process ended from its exit code and signal as reported (the code wins), if either is known.
+    pub fn of(code: Option<i32>, signal: Option<i32>) -> Option<Exit> {
+        code.map(Exit::Code).or(signal.map(Exit::Signal))
+    }
+
+    /// Returns (exit code, signal): one of them, as an API shows them.
+    pub fn parts(exit: Option<Exit>) -> (Option<i32>, Option<i32>) {
+        match exit {
+            Some(Exit::Code(c)) => (Some(c), None),
+            Some(Exit::Signal(s)) => (None, Some(s)),
+            None => (None, None),
+        }
+    }
+}
+
 impl std::fmt::Display for Exit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -5,16 +5,12 @@
 use crate::model::JobId;
 use crate::time::Time;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
-
-/// One team's queued jobs of a tier, by (submission time, id), each with the GPUs it needs in all (kept in the
-/// entry so a walk in order reads no job).
-type TeamQueue = BTreeMap<(Time, JobId), u32>;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 /// Queued jobs, per tier (by priority index) and team.
 #[derive(Debug, Default, Clone)]
 pub struct Queue {
-    tiers: Vec<BTreeMap<usize, TeamQueue>>,
+    tiers: Vec<BTreeMap<usize, BTreeSet<(Time, JobId)>>>,
     len: usize,
     /// GPUs each job needs in all, indexed by job id; the cursor adds them to a team's share as it passes.
     gpus: Vec<u32>,
@@ -80,8 +76,7 @@ impl Queue {
 
     /// Adds a job; `key` is its original submission time, so a requeued job keeps its place.
     pub fn push(&mut self, tier: usize, team: usize, key: Time, job: JobId) {
-        let gpus = self.gpus.get(job.0 as usize).copied().unwrap_or(1);
-        if self.tiers[tier].entry(team).or_default().insert((key, job), gpus).is_none() {
+        if self.tiers[tier].entry(team).or_default().insert((key, job)) {
             self.len += 1;
             self.count_kind(tier, job, 1);
         }
@@ -90,7 +85,7 @@ impl Queue {
     /// Removes a job; returns whether it was queued.
     pub fn remove(&mut self, tier: usize, team: usize, key: Time, job: JobId) -> bool {
         let Some(set) = self.tiers[tier].get_mut(&team) else { return false };
-        let removed = set.remove(&(key, job)).is_some();
+        let removed = set.remove(&(key, job));
         if set.is_empty() {
             self.tiers[tier].remove(&team);
         }
@@ -118,13 +113,22 @@ impl Queue {
 
     /// Returns the number of queued jobs of `tier`.
     pub fn tier_len(&self, tier: usize) -> usize {
-        self.tiers[tier].values().map(BTreeMap::len).sum()
+        self.tiers[tier].values().map(BTreeSet::len).sum()
     }
 
     /// Returns a cursor in scheduling order. `shares[team]` is the team's current share (GPUs in use divided by
     /// weight); each job the cursor passes adds its GPUs / weight to its team's share, so teams interleave.
     pub fn cursor(&self, shares: Vec<f64>, weights: Vec<f64>) -> Cursor<'_> {
-        Cursor { queue: self, tier: 0, heap: BinaryHeap::new(), iters: Vec::new(), shares, weights, started: false }
+        Cursor {
+            queue: self,
+            tier: 0,
+            heap: BinaryHeap::new(),
+            iters: Vec::new(),
+            shares,
+            weights,
+            gpus: &self.gpus,
+            started: false,
+        }
     }
 }
 
@@ -132,7 +136,7 @@ impl Queue {
 type HeapKey = Reverse<(u64, Time, usize)>;
 
 /// Where a cursor is in one team's queue of a tier.
-type TeamIter<'a> = std::iter::Peekable<std::collections::btree_map::Iter<'a, (Time, JobId), u32>>;
+type TeamIter<'a> = std::iter::Peekable<std::collections::btree_set::Iter<'a, (Time, JobId)>>;
 
 /// Walks the queue in scheduling order without copying it.
 pub struct Cursor<'a> {
@@ -143,6 +147,7 @@ pub struct Cursor<'a> {
     iters: Vec<Option<TeamIter<'a>>>,
     shares: Vec<f64>,
     weights: Vec<f64>,
+    gpus: &'a [u32],
     started: bool,
 }
 
@@ -152,7 +157,7 @@ impl Cursor<'_> {
         self.iters.clear();
         for (&team, set) in &self.queue.tiers[self.tier] {
             let mut it = set.iter().peekable();
-            if let Some(&(&(t, _), _)) = it.peek() {
+            if let Some(&&(t, _)) = it.peek() {
                 self.heap.push(Reverse((share_key(self.shares.get(team).copied().unwrap_or(0.0)), t, team)));
                 if self.iters.len() <= team {
                     self.iters.resize_with(team + 1, || None);
@@ -189,7 +194,8 @@ impl Iterator for Cursor<'_> {
             if let Some(mut top) = self.heap.peek_mut() {
                 let Reverse((_, _, team)) = *top;
                 let it = self.iters.get_mut(team)?.as_mut()?;
-                let (&(_, job), &g) = it.next()?;
+                let &(_, job) = it.next()?;
+                let g = self.gpus.get(job.0 as usize).copied().unwrap_or(1);
                 // Divided, not multiplied by 1 / weight: the two differ in the last bit for some weights, and the
                 // share key truncates, so that bit can reorder teams.
                 let w = self.weights.get(team).copied().unwrap_or(1.0).max(1e-9);
@@ -197,7 +203,7 @@ impl Iterator for Cursor<'_> {
                     *s += f64::from(g) / w;
                 }
                 match it.peek() {
-                    Some(&(&(t, _), _)) => {
+                    Some(&&(t, _)) => {
                         let s = self.shares.get(team).copied().unwrap_or(0.0);
                         *top = Reverse((share_key(s), t, team));
                     }

@@ -190,15 +190,10 @@ impl Engine {
         let launches = plan.launches.get(&p).map_or(Vec::new(), |types| {
             types.iter().map(|(&it, &n)| (self.cfg.instance_types[it].name.clone(), n)).collect()
         });
-        let holds = |id: &JobId| {
-            let j = &self.c.jobs[id.0 as usize];
-            self.cfg
-                .pool_types(p)
-                .any(|i| self.cfg.instance_types[i].holds(j.spec.gpus_per_worker, j.spec.gpu_model.as_deref()))
-        };
         let uses = |id: &&JobId, access: Access| {
             let j = &self.c.jobs[id.0 as usize];
-            job_pools(&self.cfg, &self.pool_order[j.tier], access).any(|q| q == p) && holds(id)
+            job_pools(&self.cfg, &self.pool_order[j.tier], access).any(|q| q == p)
+                && self.cfg.pool_holds(p, j.spec.gpus_per_worker, j.spec.gpu_model.as_deref())
         };
         let may_use = blocked.iter().filter(|id| uses(id, Access::of(&self.c.jobs[id.0 as usize], self.now))).count()
             + shadow.iter().filter(|id| uses(id, Access::spot_only())).count();

@@ -542,12 +542,9 @@ impl Engine {
 /// GPU model) fits an instance type of a pool its tier may use that can launch a node now (`grows`).
 fn buyers_beyond(queue: &Queue, cfg: &Config, pool_order: &[Vec<usize>], grows: &[bool], from: usize) -> bool {
     (from..pool_order.len()).any(|t| {
-        queue.kinds(t).any(|(g, model)| {
-            pool_order[t]
-                .iter()
-                .filter(|&&p| grows[p])
-                .any(|&p| cfg.pool_types(p).any(|i| cfg.instance_types[i].holds(g, model)))
-        })
+        queue
+            .kinds(t)
+            .any(|(g, model)| pool_order[t].iter().filter(|&&p| grows[p]).any(|&p| cfg.pool_holds(p, g, model)))
     })
 }
 

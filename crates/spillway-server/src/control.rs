@@ -7,7 +7,7 @@ use crate::state::{ApplyError, Effect, State};
 use crate::store::Entry;
 use rand::Rng;
 use spillway_api::{Heartbeat, HeartbeatReply, StopOrder, WorkerRef};
-use spillway_core::{Event, JobId, LaunchError, Market, NodeId, NodeState, Time};
+use spillway_core::{Event, Exit, JobId, LaunchError, Market, NodeId, NodeState, Time};
 use spillway_providers::{Instance, LaunchSpec, ProviderError};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -317,7 +317,9 @@ impl State {
         let mut acked = Vec::new();
         for exit in &hb.exited {
             // Another node's worker, or an attempt already over: nothing to record; the agent may forget it.
-            if !self.owns(node, exit.worker) || self.worker_exited(now, exit.worker, exit.success, exit_of(exit))? {
+            if !self.owns(node, exit.worker)
+                || self.worker_exited(now, exit.worker, exit.success, Exit::of(exit.code, exit.signal))?
+            {
                 acked.push(exit.worker);
             }
         }
@@ -388,9 +390,4 @@ impl State {
             boot_delay_s: if n.market == Market::Fixed { 0.0 } else { pool.boot_latency_s },
         })
     }
-}
-
-/// Returns how a reported worker's process ended: its code, else the signal that killed it.
-fn exit_of(e: &spillway_api::WorkerExit) -> Option<spillway_core::Exit> {
-    e.code.map(spillway_core::Exit::Code).or(e.signal.map(spillway_core::Exit::Signal))
 }

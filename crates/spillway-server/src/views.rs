@@ -120,6 +120,7 @@ pub fn node_state(s: NodeState) -> &'static str {
 /// Returns a job's view.
 pub fn job(st: &State, j: &Job) -> JobView {
     let c = st.engine.cluster();
+    let (exit_code, exit_signal) = Exit::parts(j.exit);
     JobView {
         id: j.id.0,
         name: j.spec.name.clone(),
@@ -144,14 +145,8 @@ pub fn job(st: &State, j: &Job) -> JobView {
             }),
         interruptions: j.interruptions,
         preemptions: j.preemptions,
-        exit_code: match j.exit {
-            Some(Exit::Code(c)) => Some(c),
-            _ => None,
-        },
-        exit_signal: match j.exit {
-            Some(Exit::Signal(s)) => Some(s),
-            _ => None,
-        },
+        exit_code,
+        exit_signal,
     }
 }
 

@@ -504,11 +504,7 @@ fn job_detail(j: &JobView, now: f64) -> String {
 
 /// Returns how a job that ended by itself exited (`exit code 3`, `signal 9`), when its agent reported it.
 fn exit_text(j: &JobView) -> Option<String> {
-    match (j.exit_code, j.exit_signal) {
-        (Some(c), _) => Some(format!("exit code {c}")),
-        (None, Some(s)) => Some(format!("signal {s}")),
-        (None, None) => None,
-    }
+    spillway_core::Exit::of(j.exit_code, j.exit_signal).map(|e| e.to_string())
 }
 
 /// Returns a what-if answer for people: the launches, and why the pool would still buy less than asked.

@@ -401,6 +401,11 @@ impl Config {
         self.pools[pool].instance_types.iter().filter_map(|n| self.instance_type_index(n))
     }
 
+    /// Returns whether some instance type of `pool` holds a worker of `g` GPUs of `model`.
+    pub(crate) fn pool_holds(&self, pool: usize, g: u32, model: Option<&str>) -> bool {
+        self.pool_types(pool).any(|i| self.instance_types[i].holds(g, model))
+    }
+
     /// Returns the index of the instance type with `name`.
     pub fn instance_type_index(&self, name: &str) -> Option<usize> {
         self.instance_types.iter().position(|t| t.name == name)
