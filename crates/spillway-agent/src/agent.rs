@@ -99,6 +99,7 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
     install_stop_handlers();
     let client = Client::new(&args.server, &args.token);
     let mut util = UtilizationSampler::new(args.gpus);
+    let cloud = args.imds_url.as_deref().map(|url| crate::imds::watch(url, node));
     eprintln!(
         "agent node {node}: {} GPUs, daemon {}, first heartbeat in {:.1} s",
         args.gpus, args.server, args.boot_delay_s
@@ -154,6 +155,7 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
                 exited: runner.exited().to_vec(),
                 checkpoints: state.pending_checkpoints.clone(),
                 gpu_utilization: util.get(),
+                notices: cloud.as_ref().map(crate::imds::Seen::get).unwrap_or_default(),
             };
             let c = client.clone();
             match std::thread::Builder::new().name("spillway-heartbeat".into()).spawn(move || c.heartbeat(&hb)) {

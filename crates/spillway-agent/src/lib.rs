@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod client;
 pub mod gpus;
 pub mod history;
+pub mod imds;
 pub mod nvml;
 pub mod runner;
 pub mod signals;
@@ -46,6 +47,8 @@ pub struct AgentArgs {
     pub heartbeat_ms: u64,
     /// Run workers as this Unix user (`--run-as`); the agent must then be root, or it refuses to start.
     pub run_as: Option<String>,
+    /// Poll the EC2 instance metadata service at this URL for spot notices (`--imds-url`); `None`: not on EC2.
+    pub imds_url: Option<String>,
 }
 
 /// Longest token line [`read_token`] accepts, so a stray stream cannot make the agent buffer without end.

@@ -50,6 +50,7 @@ fn heartbeat_assign_run_then_gone() {
         boot_delay_s: 0.05,
         heartbeat_ms: 50,
         run_as: None,
+        imds_url: None,
     };
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || done_tx.send(run(args)).unwrap());
@@ -124,6 +125,7 @@ fn args(server: String, dir: &std::path::Path) -> AgentArgs {
         boot_delay_s: 0.0,
         heartbeat_ms: 30,
         run_as: None,
+        imds_url: None,
     }
 }
 

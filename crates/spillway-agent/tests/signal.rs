@@ -46,6 +46,7 @@ fn sigterm_stops_workers_and_returns_ok() {
         boot_delay_s: 0.0,
         heartbeat_ms: 50,
         run_as: None,
+        imds_url: None,
     };
     let agent = std::thread::spawn(move || run(args));
     let read_pid = |name: &str| std::fs::read_to_string(dir.join(name)).ok()?.trim().parse::<i32>().ok();

@@ -437,6 +437,22 @@ pub struct Heartbeat {
     /// Average GPU utilization (0-1) over the node's GPUs, where it can be measured (NVML).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_utilization: Option<f64>,
+    /// What the cloud's instance metadata service told the node (sent until the node ends; the daemon acts once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<NodeNotice>,
+}
+
+/// What a node heard from its cloud about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NodeNotice {
+    /// The instance will be reclaimed at `deadline_ms` (ms since the epoch; absent: the pool's notice from now).
+    Interruption {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline_ms: Option<i64>,
+    },
+    /// The instance is at elevated risk of interruption.
+    Rebalance,
 }
 
 /// What a worker should run: the job contract of ARCHITECTURE.md section 5.

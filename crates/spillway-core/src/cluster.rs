@@ -146,6 +146,7 @@ impl Cluster {
             idle_since: None,
             gpu_utilization: None,
             protected: false,
+            at_risk: false,
         });
         self.pools[pool].alive += 1;
         self.pools[pool].requested.insert(id);

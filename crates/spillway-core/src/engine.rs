@@ -329,6 +329,7 @@ impl Engine {
                 self.c.node_ready(node, now);
             }
             Event::InterruptionNotice { node, deadline } => self.interruption_notice(node, deadline)?,
+            Event::RebalanceRecommendation { node } => self.rebalance_recommendation(node)?,
             Event::LaunchFailed { node, error } => self.launch_failed(node, error)?,
             Event::NodeLost { node } => self.node_lost(node)?,
             Event::JobExited { job, attempt, success, exit } => {
@@ -498,6 +499,11 @@ impl Engine {
         // capacity bought first (shadow demand) and move once it is ready.
         let (moved, shadow, watching) = self.return_to_spot(&mut wake);
         blocked.extend(moved);
+        let mut shadow: Vec<_> = shadow.into_iter().map(|id| (id, crate::access::Access::spot_only())).collect();
+        // Jobs on nodes at risk of interruption move once a replacement is ready, which is bought for them first.
+        let (leaving, at_risk_demand) = self.move_at_risk(&mut wake);
+        blocked.extend(leaving);
+        shadow.extend(at_risk_demand);
         let scale_actions = self.c.counters.scale_actions;
         let (claimed, starved) = self.scale_out(&blocked, &shadow, &mut wake);
         self.scale_in(&claimed, &starved, &mut wake);
@@ -608,7 +614,8 @@ impl Engine {
     /// not when the node is gone. A notice for a node still booting ends it.
     fn interruption_notice(&mut self, node: NodeId, deadline: Time) -> Result<(), EventError> {
         let n = self.node(node)?;
-        if !n.alive() || n.state == NodeState::Draining {
+        // Draining already: noticed before (a node at risk drains too, and still gets its notice).
+        if !n.alive() || (n.state == NodeState::Draining && !n.at_risk) {
             return Ok(());
         }
         let (pool, it, state) = (n.pool, n.instance_type, n.state);
@@ -617,6 +624,7 @@ impl Engine {
             self.note_interruption(pool, it);
         }
         let notice_ms = (deadline - self.now).max(0);
+        self.c.nodes[node.0 as usize].at_risk = false;
         let name = self.cfg.pools[pool].name.clone();
         self.record(
             DecisionKind::Interruption,

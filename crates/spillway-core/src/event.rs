@@ -27,6 +27,9 @@ pub enum Event {
     LaunchFailed { node: NodeId, error: LaunchError },
     /// The cloud will reclaim a (spot) node at `deadline`; its jobs should checkpoint and move.
     InterruptionNotice { node: NodeId, deadline: Time },
+    /// The cloud says a (spot) node is at elevated risk of interruption: it takes no new work, and its jobs move
+    /// once capacity that holds them is ready elsewhere (bought for them first).
+    RebalanceRecommendation { node: NodeId },
     /// A node vanished without notice (heartbeat gone); its jobs must be requeued.
     NodeLost { node: NodeId },
     /// A job's attempt exited on its own; `success` is its exit status, `exit` how its process ended when known

@@ -3,6 +3,7 @@
 //! decisions come out as [`Action`]s for a shell (the simulator or the daemon) to carry out.
 
 mod access;
+mod at_risk;
 pub mod autoscale;
 pub mod cluster;
 pub mod config;

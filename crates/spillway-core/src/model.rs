@@ -259,6 +259,8 @@ pub struct Node {
     /// The node's last reported GPU utilization (0-1).
     pub gpu_utilization: Option<f64>,
     pub protected: bool,
+    /// The cloud recommended moving off this node (see [`crate::Event::RebalanceRecommendation`]).
+    pub at_risk: bool,
 }
 
 impl Node {

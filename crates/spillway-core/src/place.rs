@@ -208,6 +208,7 @@ mod tests {
             idle_since: None,
             gpu_utilization: None,
             protected: false,
+            at_risk: false,
         }
     }
 

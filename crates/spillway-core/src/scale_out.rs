@@ -88,12 +88,12 @@ impl Engine {
     /// Buys cloud nodes for blocked jobs that booting nodes will not hold, and for pools below their min.
     /// Returns the ready nodes blocked jobs count on (scale-in keeps them) and the pools at max that still have
     /// demand they cannot hold (scale-in may swap an idle node there even at min).
-    /// `shadow` are running jobs that want spot capacity to move to (make before break): spot pools only, no
-    /// pending reasons.
+    /// `shadow` are running jobs that want capacity to move to (make before break), each with the markets it
+    /// may use for it (spot only to return to spot; its own to leave a node at risk); they get no pending reason.
     pub(crate) fn scale_out(
         &mut self,
         blocked: &[JobId],
-        shadow: &[JobId],
+        shadow: &[(JobId, Access)],
         wake: &mut WakeAt,
     ) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
         let plan = self.plan_scale_out(blocked, shadow, self.limits(), wake);
@@ -106,7 +106,7 @@ impl Engine {
     pub(crate) fn plan_scale_out(
         &self,
         blocked: &[JobId],
-        shadow: &[JobId],
+        shadow: &[(JobId, Access)],
         limits: Limits,
         wake: &mut WakeAt,
     ) -> ScalePlan {
@@ -129,10 +129,10 @@ impl Engine {
             out: ScalePlan { reasons: Vec::with_capacity(blocked.len() + shadow.len()), ..ScalePlan::default() },
         };
         for &id in blocked {
-            planner.job(id, false, wake);
+            planner.job(id, None, wake);
         }
-        for &id in shadow {
-            planner.job(id, true, wake);
+        for &(id, access) in shadow {
+            planner.job(id, Some(access), wake);
         }
         planner.up_to_min(wake);
         planner.out
@@ -185,7 +185,8 @@ impl Engine {
         limits.headroom[p] = self.headroom_within(p, limits.maxes[p], change.ignore_cooldown);
         let state = |s: JobState| move |id: &&JobId| self.c.jobs.get(id.0 as usize).is_some_and(|j| j.state == s);
         let blocked: Vec<JobId> = self.last_blocked.iter().filter(state(JobState::Queued)).copied().collect();
-        let shadow: Vec<JobId> = self.last_shadow.iter().filter(state(JobState::Running)).copied().collect();
+        let shadow: Vec<(JobId, Access)> =
+            self.last_shadow.iter().filter(|(id, _)| state(JobState::Running)(&id)).copied().collect();
         let plan = self.plan_scale_out(&blocked, &shadow, limits, &mut WakeAt::default());
         let launches = plan.launches.get(&p).map_or(Vec::new(), |types| {
             types.iter().map(|(&it, &n)| (self.cfg.instance_types[it].name.clone(), n)).collect()
@@ -196,7 +197,7 @@ impl Engine {
                 && self.cfg.pool_holds(p, j.spec.gpus_per_worker, j.spec.gpu_model.as_deref())
         };
         let may_use = blocked.iter().filter(|id| uses(id, Access::of(&self.c.jobs[id.0 as usize], self.now))).count()
-            + shadow.iter().filter(|id| uses(id, Access::spot_only())).count();
+            + shadow.iter().filter(|(id, access)| uses(&id, *access)).count();
         Some(WhatIf {
             pool: pool.to_string(),
             launches,
@@ -281,8 +282,9 @@ impl Engine {
 
 impl Planner<'_> {
     /// Plans for one job: counts it on nodes it fits, or buys for it in the first pool that can, and notes its
-    /// pending reason (`is_shadow`: a running job that wants spot capacity to move to; it has none).
-    fn job(&mut self, id: JobId, is_shadow: bool, wake: &mut WakeAt) {
+    /// pending reason (`shadow`: a running job that wants capacity in these markets to move to; it has none).
+    fn job(&mut self, id: JobId, shadow: Option<Access>, wake: &mut WakeAt) {
+        let is_shadow = shadow.is_some();
         let e = self.e;
         let now = e.now;
         let job = &e.c.jobs[id.0 as usize];
@@ -291,7 +293,7 @@ impl Planner<'_> {
         // A job with a deadline leaves spot when its slack says so (the scheduler pins it), not after a wait.
         let fallback_at =
             job.queued_since + if job.deadline_governs() { secs(1e12) } else { self.fallback_after[job.tier] };
-        let access = if is_shadow { Access::spot_only() } else { Access::of(job, now) };
+        let access = shadow.unwrap_or_else(|| Access::of(job, now));
         let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1;
         let remembered = self.no_room.get(job, access, key).filter(|&(.., mask, taken)| {
             // A single worker claims nothing, and one that found no room finds none while GPUs are only taken.

@@ -109,7 +109,7 @@ struct Pass<'a> {
 /// Finds nodes for every worker of `job` inside one pool (the first in its order where the whole gang fits, see
 /// [`place`]), or `None`. Leaves `c` as it was.
 /// `slots` is a buffer the caller keeps for the search.
-fn find_placement(
+pub(crate) fn find_placement(
     c: &mut Cluster,
     cfg: &Config,
     order: &[usize],

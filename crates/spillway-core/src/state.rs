@@ -40,7 +40,10 @@ pub struct Engine {
     /// The blocked jobs (in queue order) and the spot demand of running jobs the last pass planned scale-out
     /// for: the snapshot what-if questions are asked about.
     pub(crate) last_blocked: Vec<JobId>,
-    pub(crate) last_shadow: Vec<JobId>,
+    pub(crate) last_shadow: Vec<(JobId, crate::access::Access)>,
+    /// Nodes the cloud recommended moving off (rebalance recommendations), until they end or get their notice,
+    /// each with the instant until which jobs that left it may still be writing their checkpoint there.
+    pub(crate) at_risk: std::collections::BTreeMap<crate::model::NodeId, Time>,
     /// For tests: search afresh for every job instead of remembering the shapes that found no room in a pass
     /// (see `shape`); the results must be the same.
     pub(crate) exhaustive: bool,
@@ -73,6 +76,7 @@ impl Engine {
             not_grown: vec![None; cfg_pools],
             last_blocked: Vec::new(),
             last_shadow: Vec::new(),
+            at_risk: std::collections::BTreeMap::new(),
             exhaustive: false,
             dirty: true,
             next_wake: None,

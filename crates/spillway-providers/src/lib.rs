@@ -65,4 +65,30 @@ pub trait Provider: Send + Sync {
     fn list(&self, cluster: &str) -> Result<Vec<Instance>, ProviderError>;
     /// Provider name for messages ("local", "aws", ...).
     fn name(&self) -> &'static str;
+    /// Returns what the cloud said about instances since the last call (interruption warnings, rebalance
+    /// recommendations, instances that stopped or went away), waiting a moment for news; each notice is returned
+    /// once. The daemon polls this in a loop. Default: a provider with no notices (the local provider injects
+    /// interruptions in the daemon instead).
+    fn notices(&self) -> Result<Vec<Notice>, ProviderError> {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        Ok(Vec::new())
+    }
+}
+
+/// Something the cloud said about one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    pub instance_id: String,
+    pub kind: NoticeKind,
+}
+
+/// What a [`Notice`] says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoticeKind {
+    /// The instance will be reclaimed at `deadline_ms` (ms since the epoch; `None`: the pool's notice from now).
+    Interruption { deadline_ms: Option<i64> },
+    /// The instance is at elevated risk of interruption: move its work before the reclaim comes.
+    Rebalance,
+    /// The instance left the running states (`state`: stopping, stopped, shutting-down, terminated).
+    Gone { state: String },
 }

@@ -86,6 +86,7 @@ fn start(dir: &std::path::Path) -> Option<Running> {
         // The owned node's agent is a stand-in process: this bench measures the API, the store and the engine.
         agent_command: vec!["/bin/sh".into(), "-c".into(), "exec sleep 3600".into(), "agent".into()],
         stop_nodes_on_exit: true,
+        provider: None,
     };
     let (tx_info, rx_info) = std::sync::mpsc::channel();
     let (tx_stop, rx_stop) = tokio::sync::oneshot::channel::<()>();

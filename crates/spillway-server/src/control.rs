@@ -6,15 +6,18 @@
 use crate::state::{ApplyError, Effect, State};
 use crate::store::Entry;
 use rand::Rng;
-use spillway_api::{Heartbeat, HeartbeatReply, StopOrder, WorkerRef};
+use spillway_api::{Heartbeat, HeartbeatReply, NodeNotice, StopOrder, WorkerRef};
 use spillway_core::{Event, Exit, JobId, LaunchError, Market, NodeId, NodeState, Time};
-use spillway_providers::{Instance, LaunchSpec, ProviderError};
+use spillway_providers::{Instance, LaunchSpec, Notice, NoticeKind, ProviderError};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Grace of a stop order for a worker no stop action named (one nobody asked for).
 const DEFAULT_STOP_GRACE_MS: u64 = 5_000;
 /// Utilization samples are logged at most this often per node, to keep the log small.
 const METRIC_EVERY_MS: Time = 15_000;
+/// How long a notice about an instance no node is known to own yet is kept, and how many such notices at most.
+pub const EARLY_NOTICE_MS: Time = 600_000;
+const EARLY_NOTICES: usize = 1024;
 
 impl State {
     /// Reconciles the engine with the provider's instances (`listed`, asked for at `asked_at`): adopts live
@@ -36,6 +39,7 @@ impl State {
             match (by_node.get(&id), alive) {
                 (Some(inst), true) => {
                     self.instances.insert(id, inst.id.clone());
+                    self.early_notices_for(now, id, &inst.id)?;
                     if startup {
                         // Adopted: its agent gets a full timeout to heartbeat the restarted daemon.
                         self.seen.insert(id, now);
@@ -120,13 +124,13 @@ impl State {
         self.launching.remove(&node);
         match result {
             Ok(id) => {
-                self.instances.insert(node, id);
+                self.instances.insert(node, id.clone());
                 self.launched.insert(node, now);
                 if !self.alive(node) {
                     // Ended while it launched (cancelled demand): give it back at once.
                     self.effects.push(Effect::Terminate { node });
                 }
-                Ok(())
+                self.early_notices_for(now, node, &id)
             }
             Err(e) => {
                 let error = match e {
@@ -146,6 +150,8 @@ impl State {
     /// Reports that a terminate of `node`'s instance went through (or found nothing).
     pub fn terminated(&mut self, node: u32) {
         self.instances.remove(&node);
+        // Whatever ran there is gone with the instance: no attempt is held back as still running on it.
+        self.forget_node(node);
     }
 
     /// One tick at `now` (`dt_ms` since the last): fence silent nodes, fail launches that never registered, fence
@@ -264,6 +270,71 @@ impl State {
         Ok(())
     }
 
+    /// Acts on what the cloud said about an instance of this cluster (instances of other clusters, or of nodes
+    /// already gone, are ignored: the queue may be shared). An interruption warning is the engine's interruption
+    /// notice, with the cloud's deadline (once per node: the agent may have reported it first); a rebalance
+    /// recommendation moves the node's jobs once a replacement is ready; an instance that left the running states
+    /// is fenced at once, so its jobs move without waiting for a missed heartbeat.
+    pub fn notice(&mut self, now: Time, notice: &Notice) -> Result<(), ApplyError> {
+        let Some(node) = self.instances.iter().find(|(_, id)| **id == notice.instance_id).map(|(&n, _)| n) else {
+            // Maybe an instance whose launch has not answered yet (its agent can be up first): kept for a while.
+            if self.early_notices.len() >= EARLY_NOTICES {
+                self.early_notices.remove(0);
+            }
+            self.early_notices.push((now, notice.clone()));
+            return Ok(());
+        };
+        self.node_notice(now, node, &notice.kind)
+    }
+
+    /// Acts on the notices that came early for `instance`, now known to be `node`'s.
+    fn early_notices_for(&mut self, now: Time, node: u32, instance: &str) -> Result<(), ApplyError> {
+        self.early_notices.retain(|(at, _)| now - at <= EARLY_NOTICE_MS);
+        let (mine, rest) =
+            std::mem::take(&mut self.early_notices).into_iter().partition(|(_, n)| n.instance_id == instance);
+        self.early_notices = rest;
+        for (_, n) in mine {
+            self.node_notice(now, node, &n.kind)?;
+        }
+        Ok(())
+    }
+
+    /// Acts on a notice about `node` (from the provider or the node's own agent), once: a repeat changes nothing
+    /// and logs nothing.
+    fn node_notice(&mut self, now: Time, node: u32, kind: &NoticeKind) -> Result<(), ApplyError> {
+        if !self.alive(node) || self.engine.cluster().nodes.get(node as usize).is_none_or(|n| n.market != Market::Spot)
+        {
+            return Ok(());
+        }
+        match kind {
+            NoticeKind::Interruption { deadline_ms } => {
+                if self.reclaim_at.contains_key(&node) {
+                    return Ok(());
+                }
+                let deadline = match deadline_ms {
+                    Some(d) => (*d).max(now),
+                    None => now + self.notice_ms(node),
+                };
+                self.apply(now, Entry::Event(Event::InterruptionNotice { node: NodeId(node), deadline }))?;
+            }
+            NoticeKind::Rebalance => {
+                // Only a ready node can be at risk: one draining already (at risk, or noticed) is past that.
+                if self.node_state(node) == Some(NodeState::Ready) {
+                    self.apply(now, Entry::Event(Event::RebalanceRecommendation { node: NodeId(node) }))?;
+                }
+            }
+            NoticeKind::Gone { .. } => self.fence(now, node),
+        }
+        Ok(())
+    }
+
+    /// Returns the interruption notice of `node`'s pool in ms.
+    fn notice_ms(&self, node: u32) -> Time {
+        let cfg = self.engine.config();
+        let pool = self.engine.cluster().nodes.get(node as usize).map_or(0, |n| n.pool);
+        cfg.pools.get(pool).map_or(120_000, |p| (p.interruption_notice_s * 1000.0) as Time)
+    }
+
     /// A cumulative cost snapshot each minute, so `GET /v1/cost?since=&until=` can answer windows.
     fn snapshot_cost(&mut self, now: Time) {
         let minute = now.div_euclid(60_000);
@@ -303,6 +374,13 @@ impl State {
         self.awaiting.remove(&node);
         if self.node_state(node) == Some(NodeState::Requested) {
             self.observe(now, Entry::Event(Event::NodeReady { node: NodeId(node) }))?;
+        }
+        for n in &hb.notices {
+            let kind = match n {
+                NodeNotice::Interruption { deadline_ms } => NoticeKind::Interruption { deadline_ms: *deadline_ms },
+                NodeNotice::Rebalance => NoticeKind::Rebalance,
+            };
+            self.node_notice(now, node, &kind)?;
         }
         let running: BTreeSet<WorkerRef> = hb.running.iter().copied().collect();
         let exited: BTreeSet<WorkerRef> = hb.exited.iter().map(|e| e.worker).collect();

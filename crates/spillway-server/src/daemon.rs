@@ -247,6 +247,17 @@ impl Shared {
         self.flush();
     }
 
+    /// Acts on a notice from the provider (see [`State::notice`]).
+    pub fn notice(self: &Arc<Self>, notice: &spillway_providers::Notice) {
+        let mut st = self.state();
+        if let Err(e) = st.notice(self.now(), notice) {
+            eprintln!("spillway: notice for instance {}: {e}", notice.instance_id);
+        }
+        self.check_fatal(&st);
+        drop(st);
+        self.flush();
+    }
+
     /// Handles a heartbeat whose token was checked to be node `hb.node`'s.
     pub fn heartbeat(self: &Arc<Self>, hb: &Heartbeat) -> Result<Option<HeartbeatReply>, ApplyError> {
         let mut st = self.state();

@@ -32,6 +32,8 @@ pub struct ServeOptions {
     pub agent_command: Vec<String>,
     /// On a graceful stop, terminate every node (no agent left behind). A killed daemon leaves them to be adopted.
     pub stop_nodes_on_exit: bool,
+    /// Where nodes come from; `None`: the local provider (agent processes on this machine).
+    pub provider: Option<Arc<dyn spillway_providers::Provider>>,
 }
 
 /// What a started daemon tells its caller.
@@ -59,22 +61,10 @@ pub async fn serve(
         tokio::net::TcpListener::bind(opts.listen).await.with_context(|| format!("binding {}", opts.listen))?;
     let addr = listener.local_addr()?;
     let url = format!("http://{addr}");
-    let mut capacity = std::collections::BTreeMap::new();
-    // The local provider's capacity per instance type (the simulator's `capacity` setting of each pool).
-    let cfg = spillway_core::Config::parse(&opts.config_name, &opts.config_text)?;
-    for p in &cfg.pools {
-        for (t, n) in &p.capacity {
-            *capacity.entry(t.clone()).or_insert(0) += *n;
-        }
-    }
-    let mut local = spillway_providers::LocalOptions::new(
-        opts.daemon.data_dir.join("provider"),
-        opts.agent_command.clone(),
-        url.clone(),
-    );
-    local.capacity = capacity;
-    local.run_as = opts.daemon.run_as.clone();
-    let provider = Arc::new(spillway_providers::LocalProvider::new(local).context("starting the local provider")?);
+    let provider = match opts.provider.clone() {
+        Some(p) => p,
+        None => local_provider(&opts, &url)?,
+    };
     let shared =
         Arc::new(Shared::open(data_dir, opts.daemon.clone(), &opts.config_name, &opts.config_text, provider, &url)?);
     let replayed = shared.state().engine.cluster().jobs.len();
@@ -89,6 +79,22 @@ pub async fn serve(
             loop {
                 iv.tick().await;
                 me.tick(tick);
+            }
+        })
+    };
+    let notices = {
+        let me = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let p = me.provider.clone();
+                match tokio::task::spawn_blocking(move || p.notices()).await {
+                    Ok(Ok(found)) => found.iter().for_each(|n| me.notice(n)),
+                    Ok(Err(e)) => {
+                        eprintln!("spillway: reading the provider's notices: {e}");
+                        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                    }
+                    Err(_) => return,
+                }
             }
         })
     };
@@ -112,6 +118,7 @@ pub async fn serve(
     let app = api::router(shared.clone());
     let served = http::serve(listener, app, http::Limits::default(), shutdown).await;
     ticker.abort();
+    notices.abort();
     if opts.stop_nodes_on_exit {
         let me = shared.clone();
         tokio::task::spawn_blocking(move || me.terminate_all()).await?;
@@ -121,4 +128,24 @@ pub async fn serve(
         anyhow::bail!("the daemon stopped: {f}");
     }
     Ok(())
+}
+
+/// Returns the local provider for `opts`: agent processes on this machine, with each pool's simulated capacity
+/// per instance type.
+fn local_provider(opts: &ServeOptions, url: &str) -> anyhow::Result<Arc<dyn spillway_providers::Provider>> {
+    let mut capacity = std::collections::BTreeMap::new();
+    let cfg = spillway_core::Config::parse(&opts.config_name, &opts.config_text)?;
+    for p in &cfg.pools {
+        for (t, n) in &p.capacity {
+            *capacity.entry(t.clone()).or_insert(0) += *n;
+        }
+    }
+    let mut local = spillway_providers::LocalOptions::new(
+        opts.daemon.data_dir.join("provider"),
+        opts.agent_command.clone(),
+        url.to_string(),
+    );
+    local.capacity = capacity;
+    local.run_as = opts.daemon.run_as.clone();
+    Ok(Arc::new(spillway_providers::LocalProvider::new(local).context("starting the local provider")?))
 }

@@ -113,6 +113,9 @@ pub struct State {
     pub(crate) last_metric: BTreeMap<u32, Time>,
     /// Provider instance id per node, as the provider answered.
     pub instances: BTreeMap<u32, String>,
+    /// Notices about instances not known yet (the notice came before the launch's answer), with when they came:
+    /// acted on when the instance's node is known, forgotten after [`EARLY_NOTICE_MS`].
+    pub(crate) early_notices: Vec<(Time, spillway_providers::Notice)>,
     /// Nodes being fenced (their instance terminated before their jobs move), since when.
     pub(crate) fencing: BTreeMap<u32, Time>,
     /// Nodes alive at startup that have not reported yet: no work is handed out until they have (or timed out).
@@ -167,6 +170,7 @@ impl State {
             launched: BTreeMap::new(),
             last_metric: BTreeMap::new(),
             instances: BTreeMap::new(),
+            early_notices: Vec::new(),
             fencing: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             next_reconcile: now,

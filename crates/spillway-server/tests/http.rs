@@ -349,6 +349,7 @@ impl Daemon {
             listen: "127.0.0.1:0".parse().expect("an address"),
             agent_command: vec!["/bin/sh".into(), "-c".into(), "exec sleep 3600".into(), "agent".into()],
             stop_nodes_on_exit: true,
+            provider: None,
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop, rx_stop) = tokio::sync::oneshot::channel::<()>();

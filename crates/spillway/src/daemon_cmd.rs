@@ -2,9 +2,11 @@
 //! agent the local provider starts.
 
 use anyhow::{Context, Result};
+use spillway_providers::Provider;
 use spillway_server::{DaemonOptions, ServeOptions, Started};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The built-in cluster of `spillway up`.
@@ -79,6 +81,10 @@ pub struct AgentArgs {
     /// Run jobs as this Unix user (the agent must run as root).
     #[arg(long)]
     run_as: Option<String>,
+    /// Poll the EC2 instance metadata service at this URL for spot interruption and rebalance notices (the AWS
+    /// provider's user-data passes it).
+    #[arg(long, value_name = "URL")]
+    imds_url: Option<String>,
 }
 
 /// Runs the node agent until its node is terminated.
@@ -96,6 +102,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         boot_delay_s: a.boot_delay_s,
         heartbeat_ms: a.heartbeat_ms,
         run_as: a.run_as,
+        imds_url: a.imds_url,
     })
 }
 
@@ -141,7 +148,8 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
         None => ("<built-in examples/local.toml>".to_string(), LOCAL_CONFIG.to_string()),
     };
     // Check the config before anything starts, so a typo is a clear error and not a half-started daemon.
-    spillway_core::Config::parse(&name, &text)?;
+    let cfg = spillway_core::Config::parse(&name, &text)?;
+    let provider = provider(&cfg, &name)?;
     spillway_server::datadir::private_dir(&a.data_dir).with_context(|| format!("creating {}", a.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&a.data_dir).with_context(|| format!("resolving {}", a.data_dir.display()))?;
     let exe = std::env::current_exe().context("locating the spillway binary for agents")?;
@@ -161,6 +169,7 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
         listen: a.listen,
         agent_command: vec![exe.display().to_string(), "agent".into()],
         stop_nodes_on_exit: !a.keep_nodes,
+        provider,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     rt.block_on(async move {
@@ -194,4 +203,29 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
         )
         .await
     })
+}
+
+/// Returns the provider the config's `[provider]` table names; `None` for the local provider (the default).
+fn provider(cfg: &spillway_core::Config, file: &str) -> Result<Option<Arc<dyn Provider>>> {
+    let Some(table) = &cfg.provider else { return Ok(None) };
+    match table.get("kind").and_then(|k| k.as_str()) {
+        Some("aws") => aws_provider(file, table),
+        _ => Ok(None),
+    }
+}
+
+/// Builds the AWS provider (it checks the credentials and the launch template before the daemon starts).
+#[cfg(feature = "aws")]
+fn aws_provider(file: &str, table: &toml::Table) -> Result<Option<Arc<dyn Provider>>> {
+    let opts = spillway_aws::AwsOptions::from_table(file, table).map_err(anyhow::Error::msg)?;
+    let p = spillway_aws::AwsProvider::new(opts).map_err(|e| anyhow::anyhow!("{file}: the AWS provider: {e}"))?;
+    Ok(Some(Arc::new(p)))
+}
+
+#[cfg(not(feature = "aws"))]
+fn aws_provider(file: &str, _table: &toml::Table) -> Result<Option<Arc<dyn Provider>>> {
+    anyhow::bail!(
+        "{file}: [provider] kind = \"aws\", but this spillway was built without AWS support \
+         (build it with: cargo build --release -p spillway --features aws)"
+    )
 }

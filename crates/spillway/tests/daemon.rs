@@ -439,6 +439,7 @@ fn up_demo_runs_to_the_end_on_embedded_defaults() {
         child: None,
         agent: ureq::Agent::new_with_defaults(),
         args: Vec::new(),
+        env: Vec::new(),
     };
     assert!(d.agents_alive().is_empty(), "agents left behind: {:?}", d.agents_alive());
 }

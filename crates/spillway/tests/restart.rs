@@ -276,6 +276,7 @@ fn run_as_an_unknown_user_or_a_planted_jobs_dir_is_refused_at_start() {
         child: None,
         agent: ureq::Agent::new_with_defaults(),
         args: Vec::new(),
+        env: Vec::new(),
     };
     let err = refused(&d, &["--run-as", "no-such-user-spillway"]);
     assert!(err.contains("no such user"), "{err}");

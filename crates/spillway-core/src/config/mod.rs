@@ -363,6 +363,8 @@ struct RawConfig {
     schedules: Vec<Schedule>,
     #[serde(default)]
     policy: Policy,
+    #[serde(default)]
+    provider: Option<toml::Table>,
 }
 
 /// A validated configuration. Tiers are sorted by priority; names are unique; every reference resolves.
@@ -377,6 +379,9 @@ pub struct Config {
     pub pools: Vec<Pool>,
     pub schedules: Vec<Schedule>,
     pub policy: Policy,
+    /// The `[provider]` table: where nodes come from (`kind = "local"`, the default, or `"aws"`), read by the
+    /// daemon's shell, never by the engine; absent: the local provider.
+    pub provider: Option<toml::Table>,
 }
 
 impl Config {

@@ -67,6 +67,12 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
     if raw.policy.scan_limit == 0 {
         return Err(cx.err("policy", None, "scan_limit", "must be at least 1".into()));
     }
+    if let Some(p) = &raw.provider {
+        match p.get("kind").and_then(|k| k.as_str()) {
+            Some("local" | "aws") => {}
+            _ => return Err(cx.err("provider", None, "kind", "must be \"local\" or \"aws\"".into())),
+        }
+    }
     Ok(Config {
         cluster: raw.cluster,
         start_ms,
@@ -76,6 +82,7 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
         pools: raw.pools,
         schedules: raw.schedules,
         policy: raw.policy,
+        provider: raw.provider,
     })
 }
 

@@ -456,6 +456,7 @@ impl World {
                     exited: a.exited.clone(),
                     checkpoints: Vec::new(),
                     gpu_utilization: None,
+                    notices: Vec::new(),
                 };
                 beats.push((a.token.clone(), hb));
             }

@@ -21,6 +21,8 @@ pub struct Daemon {
     pub agent: ureq::Agent,
     /// Extra arguments of `spillway server`.
     pub args: Vec<String>,
+    /// Extra environment of `spillway server`.
+    pub env: Vec<(String, String)>,
 }
 
 pub fn free_port() -> u16 {
@@ -29,6 +31,13 @@ pub fn free_port() -> u16 {
 
 impl Daemon {
     pub fn new(name: &str, config: &str) -> Daemon {
+        let mut d = Daemon::unstarted(name, config);
+        d.start();
+        d
+    }
+
+    /// A daemon with its data dir, port and config file, not started yet (the config may need the port).
+    pub fn unstarted(name: &str, config: &str) -> Daemon {
         let dir = std::env::temp_dir().join(format!("spillway-daemon-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -39,10 +48,15 @@ impl Daemon {
             .timeout_global(Some(Duration::from_secs(10)))
             .build()
             .into();
-        let mut d =
-            Daemon { dir: dir.join("data"), config: cfg, port: free_port(), child: None, agent, args: Vec::new() };
-        d.start();
-        d
+        Daemon {
+            dir: dir.join("data"),
+            config: cfg,
+            port: free_port(),
+            child: None,
+            agent,
+            args: Vec::new(),
+            env: Vec::new(),
+        }
     }
 
     pub fn start(&mut self) {
@@ -53,6 +67,7 @@ impl Daemon {
             .args(["--listen", &format!("127.0.0.1:{}", self.port), "--heartbeat-timeout-s", "5", "--data-dir"])
             .arg(&self.dir)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
