@@ -262,3 +262,60 @@ pub async fn check(ec2: &Client, o: &AwsOptions) -> Result<(), String> {
 pub fn cluster_filter(cluster: &str) -> Filter {
     filter(&format!("tag:{TAG_CLUSTER}"), &[cluster])
 }
+
+/// Returns the current spot price of each of `types` it finds (Linux/UNIX, the lowest over the zones), from
+/// `DescribeSpotPriceHistory` since now (the latest price per zone).
+pub async fn spot_prices(ec2: &Client, types: &[String]) -> Result<Vec<(String, f64)>, ProviderError> {
+    let mut req = ec2
+        .describe_spot_price_history()
+        .product_descriptions("Linux/UNIX")
+        .start_time(aws_sdk_ec2::primitives::DateTime::from(std::time::SystemTime::now()));
+    for t in types {
+        req = req.instance_types(InstanceType::from(t.as_str()));
+    }
+    let mut pages = req.into_paginator().send();
+    let mut seen = Vec::new();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| classify("DescribeSpotPriceHistory", &e, ""))?;
+        for p in page.spot_price_history() {
+            if let (Some(t), Some(price)) = (p.instance_type(), p.spot_price()) {
+                seen.push((t.as_str().to_string(), price.to_string()));
+            }
+        }
+    }
+    Ok(lowest_per_type(&seen))
+}
+
+/// Returns the lowest valid price per instance type of (type, price text) answers, in type order; a price that
+/// is not a finite number >= 0 is skipped.
+pub fn lowest_per_type(answers: &[(String, String)]) -> Vec<(String, f64)> {
+    let mut best: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
+    for (t, text) in answers {
+        let Ok(price) = text.trim().parse::<f64>() else { continue };
+        if !(price >= 0.0 && price.is_finite()) {
+            continue;
+        }
+        let b = best.entry(t.as_str()).or_insert(price);
+        *b = b.min(price);
+    }
+    best.into_iter().map(|(t, p)| (t.to_string(), p)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lowest_zone_price_counts_and_garbage_is_skipped() {
+        let a = |t: &str, p: &str| (t.to_string(), p.to_string());
+        let got = lowest_per_type(&[
+            a("p3.2xlarge", "0.95"),
+            a("p3.2xlarge", "0.91"),
+            a("g5.xlarge", "nan"),
+            a("g5.xlarge", "-1"),
+            a("g5.xlarge", "x"),
+            a("g4dn.xlarge", " 0.16 "),
+        ]);
+        assert_eq!(got, vec![("g4dn.xlarge".to_string(), 0.16), ("p3.2xlarge".to_string(), 0.91)]);
+    }
+}

@@ -7,6 +7,9 @@
 //! The SDK is async and the [`Provider`] trait is not (the daemon calls it from blocking threads): the provider
 //! owns a small runtime and waits for each call on a channel, so it works from any thread, inside a runtime or not.
 
+// A shell: the spot price history is asked "since now", which reads the clock (banned in decision code only).
+#![allow(clippy::disallowed_methods)]
+
 pub mod ec2;
 pub mod errors;
 pub mod notices;
@@ -127,6 +130,11 @@ impl Provider for AwsProvider {
 
     fn name(&self) -> &'static str {
         "aws"
+    }
+
+    fn spot_prices(&self, instance_types: &[String]) -> Result<Vec<(String, f64)>, ProviderError> {
+        let (ec2, types) = (self.ec2.clone(), instance_types.to_vec());
+        self.call(async move { ec2::spot_prices(&ec2, &types).await })
     }
 
     /// Polls the interruption queue (long poll of a second); a message is deleted once read, garbage included

@@ -136,3 +136,15 @@ fn an_interruption_warning_put_on_eventbridge_comes_back_once_as_a_notice() {
     // Deleted once read: a second poll is empty.
     assert!(p.notices().unwrap().is_empty());
 }
+
+#[test]
+fn spot_prices_are_read_from_the_price_history_and_only_valid_ones_come_back() {
+    let Some((url, python)) = moto() else { return };
+    set_credentials();
+    let name = unique("price");
+    let p = AwsProvider::new(options(&python, &url, &name)).unwrap();
+    // moto answers a fixed fake history (and none since now): whatever comes back is a valid price, and an empty
+    // answer leaves the config's prices standing.
+    let prices = p.spot_prices(&["p3.2xlarge".into(), "g5.xlarge".into()]).expect("DescribeSpotPriceHistory works");
+    assert!(prices.iter().all(|(_, price)| price.is_finite() && *price >= 0.0), "{prices:?}");
+}

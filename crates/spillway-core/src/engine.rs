@@ -72,6 +72,8 @@ pub enum EventError {
     UnknownPool(usize),
     #[error("pool {pool}: min_nodes {min} > max_nodes {max}, or a fixed pool (its nodes are listed in the config)")]
     BadBounds { pool: String, min: u32, max: u32 },
+    #[error("spot price of {instance_type}: {usd_per_hour} is not a price >= 0")]
+    BadPrice { instance_type: String, usd_per_hour: f64 },
 }
 
 /// Returns `n` followed by `noun`, plural unless `n` is 1.
@@ -330,6 +332,7 @@ impl Engine {
             }
             Event::InterruptionNotice { node, deadline } => self.interruption_notice(node, deadline)?,
             Event::RebalanceRecommendation { node } => self.rebalance_recommendation(node)?,
+            Event::SpotPrice { instance_type, usd_per_hour } => self.spot_price(&instance_type, usd_per_hour)?,
             Event::LaunchFailed { node, error } => self.launch_failed(node, error)?,
             Event::NodeLost { node } => self.node_lost(node)?,
             Event::JobExited { job, attempt, success, exit } => {

@@ -55,6 +55,9 @@ pub enum Event {
     CancelJob { job: JobId },
     /// A user changed a cloud pool's bounds (index into `Config::pools`); `None` keeps a bound.
     SetPoolBounds { pool: usize, min_nodes: Option<u32>, max_nodes: Option<u32> },
+    /// The cloud's current spot price of an instance type (polled by the daemon); nodes launched from now on cost
+    /// this, and offerings compare on it. Ignored for a type the config sells no spot of.
+    SpotPrice { instance_type: String, usd_per_hour: f64 },
     /// A user protected (or unprotected) every node of a pool from scale-in.
     SetPoolProtection { pool: usize, protected: bool },
 }

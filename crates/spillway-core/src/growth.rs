@@ -21,6 +21,8 @@ pub enum NotGrown {
     OfferingShare,
     /// No instance type of the pool holds a worker of the job (GPUs or model).
     NoFittingType,
+    /// The account's quota (`[[quotas]]`, vCPUs) leaves no room for a type that would hold the job.
+    Quota,
 }
 
 impl NotGrown {
@@ -33,6 +35,7 @@ impl NotGrown {
             NotGrown::BackedOff { .. } => "backed_off",
             NotGrown::OfferingShare => "offering_share",
             NotGrown::NoFittingType => "no_fitting_type",
+            NotGrown::Quota => "quota",
         }
     }
 
@@ -49,6 +52,7 @@ impl NotGrown {
             NotGrown::BackedOff { until } => format!("its fitting instance types are backed off for {} s", s(until)),
             NotGrown::OfferingShare => "its fitting instance types are at their share of the pool".into(),
             NotGrown::NoFittingType => "no instance type of the pool holds a worker".into(),
+            NotGrown::Quota => "its fitting instance types are at the account's vCPU quota".into(),
         }
     }
 }

@@ -74,13 +74,15 @@ impl Engine {
     /// off and (in spot pools) is under its share cap, with the nodes `workers` workers need. Cost is nodes x
     /// price, and on spot the price per useful hour: price / (1 - expected lost fraction), from the offering's
     /// observed interruption rate and the job's checkpoint interval. Ties go to the earlier type.
-    /// Types that need more than `room` nodes (what the pool's max still allows) are skipped.
+    /// Types that need more than `room` nodes (what the pool's max still allows), or more than the account quotas
+    /// still allow (`quota`: vCPUs left per quota, see `quota`), are skipped.
     pub(crate) fn pick_instance_type(
         &self,
         pool: usize,
         job: Option<&Job>,
         workers: u32,
         room: u32,
+        quota: &[u32],
         wake: &mut WakeAt,
     ) -> Option<(usize, u32)> {
         let gpus = job.map_or(1, |j| j.spec.gpus_per_worker);
@@ -112,7 +114,7 @@ impl Engine {
             }
             let Some(price) = it.price_usd_per_hour(p.market) else { continue };
             let nodes = workers.div_ceil(it.gpus / gpus);
-            if nodes > room {
+            if nodes > room || nodes > crate::quota::quota_nodes(&self.cfg, i, p.market, quota) {
                 continue;
             }
             let useful = if p.market == Market::Spot { 1.0 - self.expected_loss(pool, i, job) } else { 1.0 };
@@ -134,7 +136,16 @@ impl Engine {
 
     /// Returns why no instance type of `pool` can be bought for workers of `g` GPUs of `model` now: none holds
     /// one, or every one that does is backed off (until the first returns) or at its share of the pool.
-    pub(crate) fn why_no_type(&self, pool: usize, g: u32, model: Option<&str>) -> NotGrown {
+    /// `workers` is what is left to buy for and `quota` the vCPUs left per quota: types it cannot buy within the
+    /// quotas make the reason `quota` when nothing else stops them.
+    pub(crate) fn why_no_type(
+        &self,
+        pool: usize,
+        g: u32,
+        model: Option<&str>,
+        workers: u32,
+        quota: &[u32],
+    ) -> NotGrown {
         let market = self.cfg.pools[pool].market;
         let fitting: Vec<usize> = self
             .cfg
@@ -149,8 +160,13 @@ impl Engine {
             .iter()
             .filter_map(|&i| self.c.backoff.get(&(pool, i)).map(|b| b.0).filter(|&t| t > self.now))
             .collect();
+        let over_quota = |i: usize| {
+            let nodes = workers.div_ceil((self.cfg.instance_types[i].gpus / g.max(1)).max(1));
+            nodes > crate::quota::quota_nodes(&self.cfg, i, market, quota)
+        };
         match backed.iter().min() {
             Some(&until) if backed.len() == fitting.len() => NotGrown::BackedOff { until },
+            _ if fitting.iter().any(|&i| over_quota(i)) => NotGrown::Quota,
             _ => NotGrown::OfferingShare,
         }
     }

@@ -52,6 +52,8 @@ struct Planner<'e> {
     /// by the scheduler's own placement.
     forks: Vec<Fork<'e>>,
     planned: Vec<u32>,
+    /// vCPUs left per account quota, less what this plan launches.
+    quota_left: Vec<u32>,
     spot_gpus: f64,
     od_gpus: f64,
     /// Shapes that found neither room nor a launch since the last launch planned (see `shape`), with whether
@@ -117,6 +119,7 @@ impl Engine {
             e: self,
             forks: (0..pools).map(|p| Fork::new(&self.c.free[p], &self.c.nodes, &self.c.pools[p].requested)).collect(),
             planned: vec![0; pools],
+            quota_left: crate::quota::quota_left(self),
             limits,
             spot_gpus,
             od_gpus,
@@ -375,7 +378,15 @@ impl Planner<'_> {
         let spot_open = cands.iter().any(|&p| {
             is_spot(&p)
                 && self.limits.headroom[p] > 0
-                && e.pick_instance_type(p, Some(job), job.spec.workers, u32::MAX, &mut WakeAt::default()).is_some()
+                && e.pick_instance_type(
+                    p,
+                    Some(job),
+                    job.spec.workers,
+                    u32::MAX,
+                    &self.quota_left,
+                    &mut WakeAt::default(),
+                )
+                .is_some()
         });
         let (spot, od) = (self.spot_gpus, self.od_gpus);
         if e.cfg.policy.spot_share.is_some_and(|target| spot >= target * (spot + od)) {
@@ -427,9 +438,10 @@ impl Planner<'_> {
             wake.at(until);
             (None, Some(if stepped { NotGrown::StepLimit { until } } else { NotGrown::Cooldown { until } }))
         } else {
-            let pick = e.pick_instance_type(p, Some(job), left, room, wake);
-            let pick = pick.or_else(|| e.pick_instance_type(p, Some(job), left, u32::MAX, wake));
-            (pick, pick.is_none().then(|| e.why_no_type(p, g, model)))
+            let quota = &self.quota_left;
+            let pick = e.pick_instance_type(p, Some(job), left, room, quota, wake);
+            let pick = pick.or_else(|| e.pick_instance_type(p, Some(job), left, u32::MAX, quota, wake));
+            (pick, pick.is_none().then(|| e.why_no_type(p, g, model, left, quota)))
         };
         let Some((it, nodes)) = pick else {
             if claims(left, room) {
@@ -467,6 +479,7 @@ impl Planner<'_> {
         let (g, w) = (job.spec.gpus_per_worker, job.spec.workers);
         self.limits.headroom[p] -= n;
         self.planned[p] += n;
+        crate::quota::take_quota(&e.cfg, it, e.cfg.pools[p].market, n, &mut self.quota_left);
         *self.out.launches.entry(p).or_default().entry(it).or_default() += n;
         let d = self.out.demand.entry(p).or_default();
         *d = (d.0.saturating_add(g.saturating_mul(w)), d.1.max(e.now - job.queued_since), d.2 | (1 << job.tier));
@@ -498,9 +511,14 @@ impl Planner<'_> {
             let min = e.effective_min(p, wake);
             let have = e.c.pools[p].alive + self.out.launches.get(&p).map_or(0, |m| m.values().sum());
             if have < min
-                && let Some((it, _)) = e.pick_instance_type(p, None, 1, u32::MAX, wake)
+                && let Some((it, _)) = e.pick_instance_type(p, None, 1, u32::MAX, &self.quota_left, wake)
             {
-                *self.out.launches.entry(p).or_default().entry(it).or_default() += min - have;
+                let market = e.cfg.pools[p].market;
+                let n = (min - have).min(crate::quota::quota_nodes(&e.cfg, it, market, &self.quota_left));
+                if n > 0 {
+                    crate::quota::take_quota(&e.cfg, it, market, n, &mut self.quota_left);
+                    *self.out.launches.entry(p).or_default().entry(it).or_default() += n;
+                }
             }
         }
     }

@@ -73,6 +73,12 @@ pub trait Provider: Send + Sync {
         std::thread::sleep(std::time::Duration::from_secs(1));
         Ok(Vec::new())
     }
+    /// Returns the cloud's current spot price per hour of those of `instance_types` it knows (the lowest over the
+    /// zones it may launch in); a type it does not answer for keeps the config's price. Default: none.
+    fn spot_prices(&self, instance_types: &[String]) -> Result<Vec<(String, f64)>, ProviderError> {
+        let _ = instance_types;
+        Ok(Vec::new())
+    }
 }
 
 /// Something the cloud said about one instance.

@@ -328,6 +328,20 @@ impl State {
         Ok(())
     }
 
+    /// Hands the engine the spot prices that differ from what it has (`prices` from the provider; types the config
+    /// sells no spot of are left out by the engine).
+    pub fn spot_prices(&mut self, now: Time, prices: &[(String, f64)]) -> Result<(), ApplyError> {
+        for (name, price) in prices {
+            let cfg = self.engine.config();
+            let current = cfg.instance_type_index(name).and_then(|i| cfg.instance_types[i].spot_usd_per_hour);
+            if current.is_some_and(|c| c != *price) {
+                let event = Event::SpotPrice { instance_type: name.clone(), usd_per_hour: *price };
+                self.apply(now, Entry::Event(event))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Returns the interruption notice of `node`'s pool in ms.
     fn notice_ms(&self, node: u32) -> Time {
         let cfg = self.engine.config();

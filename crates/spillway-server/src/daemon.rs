@@ -247,6 +247,31 @@ impl Shared {
         self.flush();
     }
 
+    /// Polls the provider's spot prices for the config's spot types and hands the changes to the engine.
+    pub fn refresh_spot_prices(self: &Arc<Self>) {
+        let types: Vec<String> = {
+            let st = self.state();
+            let cfg = st.engine.config();
+            cfg.instance_types.iter().filter(|t| t.spot_usd_per_hour.is_some()).map(|t| t.name.clone()).collect()
+        };
+        if types.is_empty() {
+            return;
+        }
+        match self.provider.spot_prices(&types) {
+            Ok(prices) => {
+                let mut st = self.state();
+                if let Err(e) = st.spot_prices(self.now(), &prices) {
+                    eprintln!("spillway: spot prices: {e}");
+                }
+                self.check_fatal(&st);
+                drop(st);
+                self.flush();
+            }
+            // The config's prices (or the last ones polled) stand.
+            Err(e) => eprintln!("spillway: polling spot prices: {e}"),
+        }
+    }
+
     /// Acts on a notice from the provider (see [`State::notice`]).
     pub fn notice(self: &Arc<Self>, notice: &spillway_providers::Notice) {
         let mut st = self.state();

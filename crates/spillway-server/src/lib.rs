@@ -22,6 +22,9 @@ use anyhow::Context;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+/// How often the provider's spot prices are polled.
+const SPOT_PRICES_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Everything `spillway server` needs.
 pub struct ServeOptions {
     pub daemon: DaemonOptions,
@@ -98,6 +101,18 @@ pub async fn serve(
             }
         })
     };
+    let prices = {
+        let me = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let p = me.clone();
+                if tokio::task::spawn_blocking(move || p.refresh_spot_prices()).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(SPOT_PRICES_EVERY).await;
+            }
+        })
+    };
     started(&Started { url, admin_token: shared.tokens.admin.clone(), team_tokens: shared.team_tokens(), replayed });
     // A store failure the daemon cannot go on from stops it like a signal would, with the error printed.
     let fatal = shared.clone();
@@ -119,6 +134,7 @@ pub async fn serve(
     let served = http::serve(listener, app, http::Limits::default(), shutdown).await;
     ticker.abort();
     notices.abort();
+    prices.abort();
     if opts.stop_nodes_on_exit {
         let me = shared.clone();
         tokio::task::spawn_blocking(move || me.terminate_all()).await?;

@@ -140,3 +140,14 @@ fn an_instance_that_went_away_is_fenced_at_once() {
         .unwrap();
     assert!(st.effects.iter().any(|e| matches!(e, Effect::Fence { node: n } if *n == node)), "{:?}", st.effects);
 }
+
+#[test]
+fn polled_spot_prices_reach_the_engine_once_per_change() {
+    let (mut st, _) = launching("prices");
+    let seq = st.store.last_seq();
+    st.spot_prices(T0 + 10, &[("g1".into(), 0.25), ("unknown-type".into(), 9.0)]).unwrap();
+    assert_eq!(st.engine.config().instance_types[0].spot_usd_per_hour, Some(0.25));
+    assert_eq!(st.store.last_seq(), seq + 1, "one logged change (so a restart replays the same price)");
+    st.spot_prices(T0 + 20, &[("g1".into(), 0.25)]).unwrap();
+    assert_eq!(st.store.last_seq(), seq + 1, "an unchanged price logs nothing");
+}

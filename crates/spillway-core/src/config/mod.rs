@@ -103,6 +103,20 @@ pub struct InstanceType {
     pub on_demand_usd_per_hour: f64,
     /// Absent: no spot market for this type.
     pub spot_usd_per_hour: Option<f64>,
+    /// vCPUs of one node, for the account quotas (`[[quotas]]`) that count this type.
+    #[serde(default)]
+    pub vcpus: Option<u32>,
+}
+
+/// An account limit on cloud capacity: at most `max_vcpus` vCPUs of nodes of `instance_types` in `market` alive
+/// at once (a cloud's per-family quota; the scale-out planner never plans beyond it).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    pub name: String,
+    pub market: Market,
+    pub instance_types: Vec<String>,
+    pub max_vcpus: u32,
 }
 
 impl Pool {
@@ -364,6 +378,8 @@ struct RawConfig {
     #[serde(default)]
     policy: Policy,
     #[serde(default)]
+    quotas: Vec<Quota>,
+    #[serde(default)]
     provider: Option<toml::Table>,
 }
 
@@ -379,6 +395,8 @@ pub struct Config {
     pub pools: Vec<Pool>,
     pub schedules: Vec<Schedule>,
     pub policy: Policy,
+    /// Account quotas on cloud capacity.
+    pub quotas: Vec<Quota>,
     /// The `[provider]` table: where nodes come from (`kind = "local"`, the default, or `"aws"`), read by the
     /// daemon's shell, never by the engine; absent: the local provider.
     pub provider: Option<toml::Table>,

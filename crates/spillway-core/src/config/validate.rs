@@ -67,6 +67,7 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
     if raw.policy.scan_limit == 0 {
         return Err(cx.err("policy", None, "scan_limit", "must be at least 1".into()));
     }
+    check_quotas(&cx, &raw)?;
     if let Some(p) = &raw.provider {
         match p.get("kind").and_then(|k| k.as_str()) {
             Some("local" | "aws") => {}
@@ -82,6 +83,7 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
         pools: raw.pools,
         schedules: raw.schedules,
         policy: raw.policy,
+        quotas: raw.quotas,
         provider: raw.provider,
     })
 }
@@ -187,6 +189,47 @@ fn check_instance_types(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
         }
         if it.spot_usd_per_hour.is_some_and(bad) {
             return Err(cx.err("instance_types", Some(i), "spot_usd_per_hour", "must be a price >= 0".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Checks `[[quotas]]`: unique names, a cloud market, and types the config defines with their vCPUs.
+fn check_quotas(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
+    let mut seen = BTreeSet::new();
+    for (i, q) in raw.quotas.iter().enumerate() {
+        if !seen.insert(&q.name) {
+            return Err(cx.err("quotas", Some(i), "name", format!("quota `{}` is defined twice", q.name)));
+        }
+        if q.market == Market::Fixed {
+            return Err(cx.err(
+                "quotas",
+                Some(i),
+                "market",
+                "must be on_demand or spot (fixed nodes need no quota)".into(),
+            ));
+        }
+        if q.instance_types.is_empty() {
+            return Err(cx.err("quotas", Some(i), "instance_types", "must name at least one instance type".into()));
+        }
+        for name in &q.instance_types {
+            match raw.instance_types.iter().find(|t| t.name == *name) {
+                None => {
+                    return Err(cx.err("quotas", Some(i), "instance_types", format!("no instance type `{name}`")));
+                }
+                Some(t) if t.vcpus.is_none_or(|v| v == 0) => {
+                    return Err(cx.err(
+                        "quotas",
+                        Some(i),
+                        "instance_types",
+                        format!(
+                            "instance type `{name}` needs `vcpus` (at least 1) to count against quota `{}`",
+                            q.name
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
         }
     }
     Ok(())
