@@ -97,7 +97,7 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
     let node = args.node;
     let mut runner = prepare(args)?;
     install_stop_handlers();
-    let client = Client::new(&args.server, &args.token);
+    let mut client = Client::new(&args.server, &args.token);
     let mut util = UtilizationSampler::new(args.gpus);
     let cloud = args.imds_url.as_deref().map(|url| crate::imds::watch(url, node));
     eprintln!(
@@ -136,6 +136,10 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
         if let Some(f) = in_flight.take_if(|f| f.handle.is_finished()) {
             let outcome = f.handle.join().unwrap_or_else(|_| Outcome::Failed("heartbeat thread panicked".into()));
             let replied = matches!(outcome, Outcome::Reply(_));
+            if let Outcome::Reply(HeartbeatReply { new_token: Some(token), .. }) = &outcome {
+                // The session token replaces the launch token, which the next heartbeat voids.
+                client = Client::new(&args.server, token);
+            }
             if let Some(result) = state.handle(outcome, &f.checkpoints, &mut runner, &limits) {
                 return result;
             }

@@ -37,6 +37,7 @@ fn heartbeat_assign_run_then_gone() {
                 run: vec![assignment.clone()],
                 stop: vec![],
                 acked_exits: vec![],
+                new_token: None,
             };
             respond(&mut stream, "200 OK", &serde_json::to_string(&reply).unwrap());
         }

@@ -490,6 +490,10 @@ pub struct HeartbeatReply {
     pub run: Vec<Assignment>,
     pub stop: Vec<StopOrder>,
     pub acked_exits: Vec<WorkerRef>,
+    /// The session token to use from the next heartbeat on (given while the agent is on its launch token, which
+    /// its next heartbeat with this one voids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_token: Option<String>,
 }
 
 /// The header the daemon and the CLI use for tokens.

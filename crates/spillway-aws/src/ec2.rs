@@ -137,7 +137,8 @@ async fn create_fleet(
         .build();
     let node = spec.node.to_string();
     let gpus = spec.gpus.to_string();
-    let name = format!("spillway-{}-node-{}", spec.cluster, spec.node);
+    // EC2 tag values hold at most 256 characters.
+    let name: String = format!("spillway-{}-node-{}", spec.cluster, spec.node).chars().take(256).collect();
     let tags = TagSpecification::builder()
         .resource_type(ResourceType::Instance)
         .tags(tag(TAG_CLUSTER, &spec.cluster))

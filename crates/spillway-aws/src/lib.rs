@@ -50,8 +50,16 @@ impl AwsProvider {
             .map_err(|e| format!("starting the AWS runtime: {e}"))?;
         let (region, endpoint) = (opts.region.clone(), opts.endpoint_url.clone());
         let sdk = run_on(&rt, async move {
+            // Bounded, so a hung endpoint is an error (at startup, or a failed call the daemon retries), never a
+            // daemon stuck in a call.
+            let timeouts = aws_config::timeout::TimeoutConfig::builder()
+                .connect_timeout(std::time::Duration::from_secs(5))
+                .operation_attempt_timeout(std::time::Duration::from_secs(30))
+                .operation_timeout(std::time::Duration::from_secs(90))
+                .build();
             let mut loader = aws_config::defaults(BehaviorVersion::latest())
-                .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
+                .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+                .timeout_config(timeouts);
             if let Some(r) = region {
                 loader = loader.region(Region::new(r));
             }
@@ -69,8 +77,11 @@ impl AwsProvider {
             opts,
             rt: Some(rt),
         };
-        let (ec2, opts) = (p.ec2.clone(), p.opts.clone());
-        p.run(async move { ec2::check(&ec2, &opts).await })??;
+        let (ec2, sqs, opts) = (p.ec2.clone(), p.sqs.clone(), p.opts.clone());
+        p.run(async move {
+            ec2::check(&ec2, &opts).await?;
+            check_queue(&sqs, &opts).await
+        })??;
         Ok(p)
     }
 
@@ -146,6 +157,19 @@ impl Provider for AwsProvider {
         };
         let sqs = self.sqs.clone();
         self.call(async move { poll_queue(&sqs, &url).await })
+    }
+}
+
+/// Checks at startup that the interruption queue (if any) exists and can be read.
+async fn check_queue(sqs: &aws_sdk_sqs::Client, o: &AwsOptions) -> Result<(), String> {
+    let Some(url) = &o.interruption_queue_url else { return Ok(()) };
+    match sqs.get_queue_attributes().queue_url(url).send().await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            use aws_sdk_sqs::error::ProvideErrorMetadata;
+            let why = e.code().map_or_else(|| aws_sdk_sqs::error::DisplayErrorContext(&e).to_string(), str::to_string);
+            Err(format!("interruption_queue_url {url:?}: {why}"))
+        }
     }
 }
 

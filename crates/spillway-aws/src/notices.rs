@@ -18,9 +18,9 @@ pub fn parse(body: &str) -> Result<Option<Notice>, String> {
         detail
             .get("instance-id")
             .and_then(|i| i.as_str())
-            .filter(|i| !i.is_empty())
+            .filter(|i| is_instance_id(i))
             .map(str::to_string)
-            .ok_or_else(|| format!("{kind}: no \"detail.instance-id\""))
+            .ok_or_else(|| format!("{kind}: no valid \"detail.instance-id\" (i- and 8 to 17 hex digits)"))
     };
     let kind = match kind {
         "EC2 Spot Instance Interruption Warning" => {
@@ -46,6 +46,11 @@ pub fn parse(body: &str) -> Result<Option<Notice>, String> {
     Ok(Some(Notice { instance_id: instance()?, kind }))
 }
 
+/// Returns whether `id` looks like an EC2 instance id (`i-` and 8 or 17 hex digits; up to 17 accepted).
+fn is_instance_id(id: &str) -> bool {
+    id.strip_prefix("i-").is_some_and(|h| (8..=17).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,23 +65,28 @@ mod tests {
     fn a_spot_warning_is_an_interruption_two_minutes_after_its_time() {
         let n = parse(&body(
             "EC2 Spot Instance Interruption Warning",
-            r#"{"instance-id":"i-1","instance-action":"terminate"}"#,
+            r#"{"instance-id":"i-0123456789abcdef0","instance-action":"terminate"}"#,
         ))
         .unwrap()
         .unwrap();
-        assert_eq!(n.instance_id, "i-1");
+        assert_eq!(n.instance_id, "i-0123456789abcdef0");
         let at = DateTime::from_str("2026-12-01T10:02:00Z", DateTimeFormat::DateTime).unwrap().to_millis().unwrap();
         assert_eq!(n.kind, NoticeKind::Interruption { deadline_ms: Some(at) });
     }
 
     #[test]
     fn rebalance_and_leaving_states_are_notices_other_events_are_not() {
-        let r = parse(&body("EC2 Instance Rebalance Recommendation", r#"{"instance-id":"i-2"}"#)).unwrap().unwrap();
+        let r = parse(&body("EC2 Instance Rebalance Recommendation", r#"{"instance-id":"i-0000000000000002"}"#))
+            .unwrap()
+            .unwrap();
         assert_eq!(r.kind, NoticeKind::Rebalance);
-        let g = parse(&body("EC2 Instance State-change Notification", r#"{"instance-id":"i-3","state":"terminated"}"#));
+        let g = parse(&body(
+            "EC2 Instance State-change Notification",
+            r#"{"instance-id":"i-00000003","state":"terminated"}"#,
+        ));
         assert_eq!(g.unwrap().unwrap().kind, NoticeKind::Gone { state: "terminated".into() });
         let running =
-            parse(&body("EC2 Instance State-change Notification", r#"{"instance-id":"i-3","state":"running"}"#));
+            parse(&body("EC2 Instance State-change Notification", r#"{"instance-id":"i-00000003","state":"running"}"#));
         assert_eq!(running.unwrap(), None);
         assert_eq!(parse(&body("AWS API Call via CloudTrail", "{}")).unwrap(), None);
     }
@@ -87,8 +97,10 @@ mod tests {
         assert!(parse("{}").unwrap_err().contains("detail-type"));
         let e = parse(&body("EC2 Instance Rebalance Recommendation", "{}")).unwrap_err();
         assert!(e.contains("instance-id"), "{e}");
+        let huge = format!(r#"{{"instance-id":"i-{}"}}"#, "a".repeat(100_000));
+        assert!(parse(&body("EC2 Instance Rebalance Recommendation", &huge)).unwrap_err().contains("instance-id"));
         let e = parse(
-            &body("EC2 Spot Instance Interruption Warning", r#"{"instance-id":"i-1"}"#)
+            &body("EC2 Spot Instance Interruption Warning", r#"{"instance-id":"i-0123456789abcdef0"}"#)
                 .replace("2026-12-01T10:00:00Z", "soon"),
         )
         .unwrap_err();

@@ -53,26 +53,48 @@ fn default_imds_url() -> String {
     "http://169.254.169.254".into()
 }
 
+/// The config file as the AWS provider reads it: its `[provider]` table (the rest is the engine's).
+#[derive(Deserialize)]
+struct File {
+    provider: AwsOptions,
+}
+
+/// Longest value of the settings that go into every instance's user-data or tags.
+const MAX_SETTING: usize = 1024;
+
 impl AwsOptions {
-    /// Reads the `[provider]` table of config `file`; errors name the file and the key.
-    pub fn from_table(file: &str, table: &toml::Table) -> Result<AwsOptions, String> {
-        let opts: AwsOptions =
-            table.clone().try_into().map_err(|e: toml::de::Error| format!("{file}: [provider]: {}", e.message()))?;
+    /// Reads the `[provider]` table of config `file` (its text); errors name the file, the line and the key.
+    pub fn from_config(file: &str, text: &str) -> Result<AwsOptions, String> {
+        let opts = toml::from_str::<File>(text).map_err(|e| format!("{file}: [provider]: {e}"))?.provider;
+        let bad = |key: &str, why: String| Err(format!("{file}: [provider] {key}: {why}"));
         if opts.kind != "aws" {
-            return Err(format!("{file}: [provider] kind is {:?}, not \"aws\"", opts.kind));
+            return bad("kind", format!("{:?} is not \"aws\"", opts.kind));
         }
         if opts.launch_template.trim().is_empty() {
-            return Err(format!("{file}: [provider] launch_template is empty"));
+            return bad("launch_template", "is empty".into());
         }
-        if !(opts.server_url.starts_with("http://") || opts.server_url.starts_with("https://")) {
-            return Err(format!(
-                "{file}: [provider] server_url {:?} must start with http:// or https://",
-                opts.server_url
-            ));
+        let host = opts.server_url.strip_prefix("http://").or_else(|| opts.server_url.strip_prefix("https://"));
+        if host.is_none_or(|h| h.trim_matches('/').is_empty()) {
+            return bad(
+                "server_url",
+                format!("{:?} must be http://HOST[:PORT] or https://HOST[:PORT]", opts.server_url),
+            );
         }
         for (key, value) in [("agent_path", &opts.agent_path), ("agent_data_dir", &opts.agent_data_dir)] {
             if !value.starts_with('/') {
-                return Err(format!("{file}: [provider] {key} {value:?} must be an absolute path"));
+                return bad(key, format!("{value:?} must be an absolute path"));
+            }
+        }
+        let long = [
+            ("server_url", Some(&opts.server_url)),
+            ("agent_path", Some(&opts.agent_path)),
+            ("agent_data_dir", Some(&opts.agent_data_dir)),
+            ("agent_run_as", opts.agent_run_as.as_ref()),
+            ("imds_url", Some(&opts.imds_url)),
+        ];
+        for (key, value) in long {
+            if value.is_some_and(|v| v.len() > MAX_SETTING) {
+                return bad(key, format!("is longer than {MAX_SETTING} bytes"));
             }
         }
         Ok(opts)
@@ -84,7 +106,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<AwsOptions, String> {
-        AwsOptions::from_table("c.toml", &text.parse::<toml::Table>().map_err(|e| e.to_string())?)
+        AwsOptions::from_config("c.toml", &format!("[cluster]\nname = \"x\"\n\n[provider]\n{text}"))
     }
 
     #[test]

@@ -47,7 +47,7 @@ fn options(python: &str, url: &str, name: &str) -> AwsOptions {
         setup["image_id"].as_str().unwrap(),
         setup["queue_url"].as_str().unwrap()
     );
-    AwsOptions::from_table("test.toml", &text.parse().unwrap()).unwrap()
+    AwsOptions::from_config("test.toml", &format!("[provider]\n{text}")).unwrap()
 }
 
 fn spec(cluster: &str, node: u32) -> LaunchSpec {
@@ -109,7 +109,7 @@ fn a_missing_launch_template_or_region_is_a_clear_error_at_startup() {
     let text = format!(
         "kind = \"aws\"\nregion = \"us-east-1\"\nendpoint_url = \"{url}\"\nlaunch_template = \"no-such-template\"\nserver_url = \"http://x\"\n"
     );
-    let opts = AwsOptions::from_table("t.toml", &text.parse().unwrap()).unwrap();
+    let opts = AwsOptions::from_config("t.toml", &format!("[provider]\n{text}")).unwrap();
     let e = AwsProvider::new(opts).err().expect("refused");
     assert!(e.contains("no-such-template") && e.contains("does not exist"), "{e}");
 }

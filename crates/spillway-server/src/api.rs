@@ -752,7 +752,7 @@ async fn heartbeat(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Re
             format!("node {owner}'s token cannot report for node {}", hb.node),
         ));
     }
-    match s.heartbeat(&hb)? {
+    match s.heartbeat(&hb, tok)? {
         Some(reply) => Ok(axum::Json(reply).into_response()),
         None => Err(ApiError::new(StatusCode::GONE, format!("node {} is terminated", hb.node))),
     }

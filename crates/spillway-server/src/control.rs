@@ -31,7 +31,26 @@ impl State {
         asked_at: Time,
         startup: bool,
     ) -> Result<(), ApplyError> {
-        let by_node: BTreeMap<u32, &Instance> = listed.iter().map(|i| (i.node, i)).collect();
+        // One instance per node: the one recorded for it, else the first listed. Any other instance tagged for the
+        // same node (a copy of its tags, a double buy) is an orphan: terminated, never taken for the node.
+        let mut by_node: BTreeMap<u32, &Instance> = BTreeMap::new();
+        for i in listed {
+            let recorded = self.instances.get(&i.node).is_some_and(|id| *id == i.id);
+            match by_node.get(&i.node) {
+                Some(kept) if !recorded => {
+                    if kept.id != i.id {
+                        self.effects.push(Effect::TerminateInstance { id: i.id.clone() });
+                    }
+                }
+                Some(kept) => {
+                    self.effects.push(Effect::TerminateInstance { id: kept.id.clone() });
+                    by_node.insert(i.node, i);
+                }
+                None => {
+                    by_node.insert(i.node, i);
+                }
+            }
+        }
         let nodes: Vec<(u32, NodeState, Market)> =
             self.engine.cluster().nodes.iter().map(|n| (n.id.0, n.state, n.market)).collect();
         for &(id, state, market) in &nodes {
@@ -277,7 +296,12 @@ impl State {
     /// is fenced at once, so its jobs move without waiting for a missed heartbeat.
     pub fn notice(&mut self, now: Time, notice: &Notice) -> Result<(), ApplyError> {
         let Some(node) = self.instances.iter().find(|(_, id)| **id == notice.instance_id).map(|(&n, _)| n) else {
-            // Maybe an instance whose launch has not answered yet (its agent can be up first): kept for a while.
+            // Maybe an instance whose launch has not answered yet (its agent can be up first): kept for a while,
+            // and only while a launch is in flight (otherwise it is some other cluster's instance).
+            self.early_notices.retain(|(at, _)| now - at <= EARLY_NOTICE_MS);
+            if self.launching.is_empty() {
+                return Ok(());
+            }
             if self.early_notices.len() >= EARLY_NOTICES {
                 self.early_notices.remove(0);
             }
@@ -302,8 +326,12 @@ impl State {
     /// Acts on a notice about `node` (from the provider or the node's own agent), once: a repeat changes nothing
     /// and logs nothing.
     fn node_notice(&mut self, now: Time, node: u32, kind: &NoticeKind) -> Result<(), ApplyError> {
-        if !self.alive(node) || self.engine.cluster().nodes.get(node as usize).is_none_or(|n| n.market != Market::Spot)
-        {
+        let market = self.engine.cluster().nodes.get(node as usize).map(|n| n.market);
+        if !self.alive(node) || market.is_none_or(|m| m == Market::Fixed) {
+            return Ok(());
+        }
+        // Interruptions and rebalance recommendations are about spot capacity; any cloud instance can go away.
+        if market != Some(Market::Spot) && !matches!(kind, NoticeKind::Gone { .. }) {
             return Ok(());
         }
         match kind {
@@ -372,6 +400,17 @@ impl State {
     /// being replaced (its agent should stop), else what it should run and stop. Exits and checkpoints count only
     /// for workers of the node's own current attempts.
     pub fn heartbeat(&mut self, now: Time, hb: &Heartbeat) -> Result<Option<HeartbeatReply>, ApplyError> {
+        self.heartbeat_with(now, hb, true)
+    }
+
+    /// [`State::heartbeat`], handing out new work only with `hand_out` (not to an agent still on its launch
+    /// token: it gets its session token first, see `tokens`).
+    pub fn heartbeat_with(
+        &mut self,
+        now: Time,
+        hb: &Heartbeat,
+        hand_out: bool,
+    ) -> Result<Option<HeartbeatReply>, ApplyError> {
         if let Some(f) = &self.fatal {
             return Err(ApplyError::Stopped(f.clone()));
         }
@@ -421,7 +460,7 @@ impl State {
             }
         }
         self.sample_metric(now, node, hb.gpu_utilization)?;
-        let reply = self.orders(node, &running, acked);
+        let reply = self.orders(node, &running, acked, hand_out);
         for a in reply.run.iter().filter(|a| !running.contains(&a.worker)) {
             self.hand_out(node, a.worker, hb.seq);
         }
@@ -447,7 +486,13 @@ impl State {
     /// Returns a node's orders: stop every worker it runs that is not desired; run the desired ones once every
     /// node alive at startup has reported, and only while no other attempt of the same job is reported anywhere
     /// (a stopped attempt may still be writing its checkpoint).
-    fn orders(&self, node: u32, running: &BTreeSet<WorkerRef>, acked_exits: Vec<WorkerRef>) -> HeartbeatReply {
+    fn orders(
+        &self,
+        node: u32,
+        running: &BTreeSet<WorkerRef>,
+        acked_exits: Vec<WorkerRef>,
+        hand_out: bool,
+    ) -> HeartbeatReply {
         let desired = self.desired(node);
         let stop = running
             .iter()
@@ -458,12 +503,12 @@ impl State {
                 signal: "SIGTERM".into(),
             })
             .collect();
-        let run = if self.awaiting.is_empty() && !self.stopping {
+        let run = if hand_out && self.awaiting.is_empty() && !self.stopping {
             desired.into_values().filter(|a| !self.other_attempt_running(a.worker.job, a.worker.attempt)).collect()
         } else {
             Vec::new()
         };
-        HeartbeatReply { run, stop, acked_exits }
+        HeartbeatReply { run, stop, acked_exits, new_token: None }
     }
 
     /// Returns the launch spec of `node` with its agent token.

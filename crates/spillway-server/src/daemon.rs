@@ -283,10 +283,18 @@ impl Shared {
         self.flush();
     }
 
-    /// Handles a heartbeat whose token was checked to be node `hb.node`'s.
-    pub fn heartbeat(self: &Arc<Self>, hb: &Heartbeat) -> Result<Option<HeartbeatReply>, ApplyError> {
+    /// Handles a heartbeat whose token (`token`) was checked to be node `hb.node`'s; the reply may hand the agent
+    /// its session token (see `tokens`).
+    pub fn heartbeat(self: &Arc<Self>, hb: &Heartbeat, token: &str) -> Result<Option<HeartbeatReply>, ApplyError> {
         let mut st = self.state();
-        let reply = st.heartbeat(self.now(), hb);
+        let now = self.now();
+        // The token moves first: a heartbeat on the session token retires the launch token and may get work in
+        // this reply; one still on the launch token gets its session token and no work, so no job runs on a
+        // node whose launch token (readable there, as cloud user-data) still counts.
+        let reply = st.rotate_token(now, hb.node, &token_hash(token)).and_then(|session| {
+            let reply = st.heartbeat_with(now, hb, session.is_none())?;
+            Ok(reply.map(|r| HeartbeatReply { new_token: session, ..r }))
+        });
         self.check_fatal(&st);
         drop(st);
         self.flush();

@@ -75,8 +75,12 @@ pub struct State {
     next_decision: u64,
     /// SHA-256 of each node's current agent token (from `NodeToken` log entries).
     pub token_hashes: BTreeMap<u32, String>,
-    /// The same, by hash: how a heartbeat's token finds its node.
-    token_nodes: BTreeMap<String, u32>,
+    /// The same, by hash: how a heartbeat's token finds its node (launch tokens not yet retired included).
+    pub(crate) token_nodes: BTreeMap<String, u32>,
+    /// Per node whose agent has not moved to a session token yet: its launch token's hash (see `tokens`).
+    pub(crate) launch_tokens: BTreeMap<u32, String>,
+    /// Session tokens handed out and not yet used, per node (memory only: a restart hands out a new one).
+    pub(crate) sessions: BTreeMap<u32, String>,
     /// Grace of each stopped attempt, from the engine's `StopJob` actions.
     pub(crate) stop_grace: BTreeMap<(u32, u32), u64>,
     /// Workers each node reported running in its last heartbeat, and the attempts per job they make up.
@@ -151,6 +155,8 @@ impl State {
             next_decision: 0,
             token_hashes: BTreeMap::new(),
             token_nodes: BTreeMap::new(),
+            launch_tokens: BTreeMap::new(),
+            sessions: BTreeMap::new(),
             stop_grace: BTreeMap::new(),
             running: BTreeMap::new(),
             attempts_running: BTreeMap::new(),
@@ -254,7 +260,15 @@ impl State {
                 return Ok(Some(id));
             }
             Entry::NodeToken { node, hash } => {
+                self.launch_token(node, hash);
+                return Ok(None);
+            }
+            Entry::NodeSession { node, hash } => {
                 self.set_token_hash(node, hash);
+                return Ok(None);
+            }
+            Entry::NodeTokenRetired { node } => {
+                self.retire_launch_token(node);
                 return Ok(None);
             }
             Entry::Event(event) => {
@@ -322,13 +336,16 @@ impl State {
         })?;
         let hash = crate::datadir::token_hash(&token);
         self.log(now, &Entry::NodeToken { node, hash: hash.clone() })?;
-        self.set_token_hash(node, hash);
+        self.launch_token(node, hash);
         Ok(token)
     }
 
-    /// Makes `hash` node `n`'s only valid agent token.
-    fn set_token_hash(&mut self, n: u32, hash: String) {
-        if let Some(old) = self.token_hashes.insert(n, hash.clone()) {
+    /// Makes `hash` node `n`'s current agent token; the node's earlier current token is void (its launch token
+    /// stays valid until retired).
+    pub(crate) fn set_token_hash(&mut self, n: u32, hash: String) {
+        if let Some(old) = self.token_hashes.insert(n, hash.clone())
+            && self.launch_tokens.get(&n) != Some(&old)
+        {
             self.token_nodes.remove(&old);
         }
         self.token_nodes.insert(hash, n);

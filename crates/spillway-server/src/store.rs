@@ -53,6 +53,17 @@ pub enum Entry {
         node: u32,
         hash: String,
     },
+    /// Node `node`'s agent, still on its launch token, was given a session token (its hash): both are valid until
+    /// `NodeTokenRetired`. The launch token may be readable on the node (a cloud's user-data); the session token
+    /// never leaves the agent's memory. The daemon only.
+    NodeSession {
+        node: u32,
+        hash: String,
+    },
+    /// Node `node`'s agent uses its session token: its launch token is void from now on. The daemon only.
+    NodeTokenRetired {
+        node: u32,
+    },
 }
 
 /// Store errors name the operation and the database file.

@@ -230,3 +230,36 @@ fn a_team_backlog_is_bounded_and_frees_up_as_jobs_end() {
     let big = JobCommand { argv: vec!["x".repeat(2 << 20)], ..Default::default() };
     assert!(st.backlog_room("research", big.bytes()).is_err(), "the bytes are bounded too");
 }
+
+#[test]
+fn a_launch_token_buys_a_session_token_and_is_void_once_the_agent_uses_it_even_after_a_restart() {
+    let d = dir("session");
+    let (mut st, tokens) = open(&d, T0);
+    let launch = tokens[&0].clone();
+    let hash = |t: &str| spillway_server::datadir::token_hash(t);
+    beat(&mut st, T0 + 100, 0, 1, vec![], vec![]);
+    let session = st.rotate_token(T0 + 100, 0, &hash(&launch)).unwrap().expect("a session token on the launch token");
+    assert_ne!(session, launch);
+    // The reply was lost: the agent is still on the launch token and gets the same session token, logged once.
+    let seq = st.store.last_seq();
+    assert_eq!(st.rotate_token(T0 + 200, 0, &hash(&launch)).unwrap().as_deref(), Some(session.as_str()));
+    assert_eq!(st.store.last_seq(), seq);
+    assert_eq!((st.node_of_token(&launch), st.node_of_token(&session)), (Some(0), Some(0)));
+    // The agent's first heartbeat on the session token voids the launch token (read back from user-data, say).
+    assert_eq!(st.rotate_token(T0 + 300, 0, &hash(&session)).unwrap(), None);
+    assert_eq!((st.node_of_token(&launch), st.node_of_token(&session)), (None, Some(0)));
+    drop(st);
+    let store = Store::open(&d.join("spillway.db")).unwrap();
+    let cfg = Config::parse("local.toml", CONFIG).unwrap();
+    let opts = StateOptions {
+        jobs_dir: d.join("jobs"),
+        cluster_id: "c".into(),
+        heartbeat_timeout_ms: 3_000,
+        boot_grace_ms: 5_000,
+        reconcile_every_ms: 60_000,
+        max_backlog: (3, 1 << 20),
+    };
+    let mut st = State::new(Engine::new(cfg, T0), store, opts, T0 + 1_000);
+    st.replay().unwrap();
+    assert_eq!((st.node_of_token(&launch), st.node_of_token(&session)), (None, Some(0)), "the restart agrees");
+}

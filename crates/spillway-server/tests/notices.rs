@@ -36,6 +36,11 @@ max_nodes = 2
 
 /// A state with one p1 job that asked for a spot node; returns it and that node.
 fn launching(name: &str) -> (State, u32) {
+    launching_for(name, "p1")
+}
+
+/// A state with one job of `tier` that asked for a node; returns it and that node.
+fn launching_for(name: &str, tier: &str) -> (State, u32) {
     let dir = std::env::temp_dir().join(format!("spillway-notices-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -51,7 +56,7 @@ fn launching(name: &str) -> (State, u32) {
     let mut st = State::new(engine, Store::open(&dir.join("spillway.db")).unwrap(), opts, T0);
     let spec = JobSpec {
         name: "j".into(),
-        tier: "p1".into(),
+        tier: tier.into(),
         team: "default".into(),
         gpus_per_worker: 1,
         workers: 1,
@@ -150,4 +155,46 @@ fn polled_spot_prices_reach_the_engine_once_per_change() {
     assert_eq!(st.store.last_seq(), seq + 1, "one logged change (so a restart replays the same price)");
     st.spot_prices(T0 + 20, &[("g1".into(), 0.25)]).unwrap();
     assert_eq!(st.store.last_seq(), seq + 1, "an unchanged price logs nothing");
+}
+
+#[test]
+fn an_on_demand_instance_that_went_away_is_fenced_too_but_spot_notices_about_it_are_ignored() {
+    let (mut st, node) = launching_for("od-gone", "p0");
+    assert_eq!(st.engine.cluster().nodes[node as usize].market, spillway_core::Market::OnDemand);
+    st.launch_result(T0 + 10, node, Ok("i-4".into())).unwrap();
+    beat(&mut st, T0 + 20, node, 1, vec![]);
+    st.notice(T0 + 50, &interruption("i-4", None)).unwrap();
+    assert!(st.reclaim_at.is_empty(), "no spot interruption for an on-demand node");
+    st.notice(T0 + 100, &Notice { instance_id: "i-4".into(), kind: NoticeKind::Gone { state: "terminated".into() } })
+        .unwrap();
+    assert!(st.effects.iter().any(|e| matches!(e, Effect::Fence { node: n } if *n == node)), "{:?}", st.effects);
+}
+
+#[test]
+fn a_second_instance_tagged_for_a_node_is_an_orphan_not_the_node() {
+    let (mut st, node) = launching("dup");
+    st.launch_result(T0 + 10, node, Ok("i-5".into())).unwrap();
+    beat(&mut st, T0 + 20, node, 1, vec![]);
+    let inst = |id: &str| spillway_providers::Instance {
+        id: id.into(),
+        cluster: "c".into(),
+        node,
+        pool: "spot".into(),
+        instance_type: "g1".into(),
+        gpus: 1,
+        spot: true,
+    };
+    // Listed in either order, the recorded instance stays the node's and the copy is terminated.
+    for listed in [vec![inst("i-0-copy"), inst("i-5")], vec![inst("i-5"), inst("i-9-copy")]] {
+        st.effects.clear();
+        st.reconcile(T0 + 1_000, &listed, T0 + 1_000, false).unwrap();
+        assert_eq!(st.instances.get(&node).map(String::as_str), Some("i-5"));
+        let copy = listed.iter().find(|i| i.id != "i-5").unwrap().id.clone();
+        assert!(
+            st.effects.iter().any(|e| matches!(e, Effect::TerminateInstance { id } if *id == copy)),
+            "{:?}",
+            st.effects
+        );
+        assert!(!st.effects.iter().any(|e| matches!(e, Effect::TerminateInstance { id } if id == "i-5")));
+    }
 }

@@ -149,7 +149,7 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
     };
     // Check the config before anything starts, so a typo is a clear error and not a half-started daemon.
     let cfg = spillway_core::Config::parse(&name, &text)?;
-    let provider = provider(&cfg, &name)?;
+    let provider = provider(&cfg, &name, &text)?;
     spillway_server::datadir::private_dir(&a.data_dir).with_context(|| format!("creating {}", a.data_dir.display()))?;
     let data_dir = std::fs::canonicalize(&a.data_dir).with_context(|| format!("resolving {}", a.data_dir.display()))?;
     let exe = std::env::current_exe().context("locating the spillway binary for agents")?;
@@ -206,24 +206,45 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
 }
 
 /// Returns the provider the config's `[provider]` table names; `None` for the local provider (the default).
-fn provider(cfg: &spillway_core::Config, file: &str) -> Result<Option<Arc<dyn Provider>>> {
+fn provider(cfg: &spillway_core::Config, file: &str, text: &str) -> Result<Option<Arc<dyn Provider>>> {
     let Some(table) = &cfg.provider else { return Ok(None) };
     match table.get("kind").and_then(|k| k.as_str()) {
-        Some("aws") => aws_provider(file, table),
+        Some("aws") => aws_provider(file, text),
         _ => Ok(None),
     }
 }
 
+/// Checks the config's `[provider]` table the way the daemon would read it, without connecting anywhere; returns
+/// what `config check` says of it.
+pub fn check_provider(cfg: &spillway_core::Config, file: &str, text: &str) -> Result<String> {
+    let Some(table) = &cfg.provider else { return Ok("local provider".into()) };
+    match table.get("kind").and_then(|k| k.as_str()) {
+        Some("aws") => check_aws(file, text),
+        _ => Ok("local provider".into()),
+    }
+}
+
+#[cfg(feature = "aws")]
+fn check_aws(file: &str, text: &str) -> Result<String> {
+    let o = spillway_aws::AwsOptions::from_config(file, text).map_err(anyhow::Error::msg)?;
+    Ok(format!("aws provider, launch template {}", o.launch_template))
+}
+
+#[cfg(not(feature = "aws"))]
+fn check_aws(_file: &str, _text: &str) -> Result<String> {
+    Ok("aws provider (its settings are checked by a spillway built with --features aws)".into())
+}
+
 /// Builds the AWS provider (it checks the credentials and the launch template before the daemon starts).
 #[cfg(feature = "aws")]
-fn aws_provider(file: &str, table: &toml::Table) -> Result<Option<Arc<dyn Provider>>> {
-    let opts = spillway_aws::AwsOptions::from_table(file, table).map_err(anyhow::Error::msg)?;
+fn aws_provider(file: &str, text: &str) -> Result<Option<Arc<dyn Provider>>> {
+    let opts = spillway_aws::AwsOptions::from_config(file, text).map_err(anyhow::Error::msg)?;
     let p = spillway_aws::AwsProvider::new(opts).map_err(|e| anyhow::anyhow!("{file}: the AWS provider: {e}"))?;
     Ok(Some(Arc::new(p)))
 }
 
 #[cfg(not(feature = "aws"))]
-fn aws_provider(file: &str, _table: &toml::Table) -> Result<Option<Arc<dyn Provider>>> {
+fn aws_provider(file: &str, _text: &str) -> Result<Option<Arc<dyn Provider>>> {
     anyhow::bail!(
         "{file}: [provider] kind = \"aws\", but this spillway was built without AWS support \
          (build it with: cargo build --release -p spillway --features aws)"

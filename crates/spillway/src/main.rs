@@ -93,9 +93,11 @@ fn run() -> Result<()> {
         Command::Ctl(cmd) => ctl::run(cmd),
         Command::Config { command: ConfigCommand::Check { file } } => {
             let cfg = simulate::load_config(Some(&file))?;
+            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let provider = daemon_cmd::check_provider(&cfg, &file.display().to_string(), &text)?;
             let nodes: u32 = cfg.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count).sum();
             println!(
-                "{}: ok ({} tiers, {} teams, {} instance types, {} pools, {} fixed nodes, {} schedules)",
+                "{}: ok ({} tiers, {} teams, {} instance types, {} pools, {} fixed nodes, {} schedules; {provider})",
                 file.display(),
                 cfg.tiers.len(),
                 cfg.teams.len(),

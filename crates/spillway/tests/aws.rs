@@ -312,6 +312,14 @@ fn a_pool_scales_out_through_create_fleet_and_back_to_zero_through_terminate_wit
     assert_eq!(inst["tags"]["spillway:pool"], "spot", "{inst}");
     assert!(inst["tags"]["spillway:cluster"].as_str().unwrap().starts_with(&w.name), "{inst}");
     assert_eq!((inst["lifecycle"].as_str(), inst["type"].as_str()), (Some("spot"), Some("p3.2xlarge")), "{inst}");
+    // The token in the user-data (which any process on the instance can read back) is void once the job runs.
+    let log = w.d.dir.join(format!("jobs/job-{id}/logs/rank-0.log"));
+    w.wait(30, "the job's process to start", |_| log.exists());
+    let ud = inst["user_data"].as_str().unwrap();
+    let token =
+        ud.split("printf '%s\\n' '").nth(1).and_then(|t| t.split('\'').next()).expect("the token in the user-data");
+    let (status, body) = w.d.raw("POST", "/v1/agent/heartbeat", Some(token), Some(&json!({"node": node}).to_string()));
+    assert_eq!(status, 401, "the launch token still works: {body}");
     w.wait(60, "the job to finish", |w| w.job(id)["state"] == "succeeded");
     // Idle for the pool's timeout: the node goes, and its instance is terminated.
     w.wait(30, "the instance to be terminated", |w| {

@@ -70,7 +70,12 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
     check_quotas(&cx, &raw)?;
     if let Some(p) = &raw.provider {
         match p.get("kind").and_then(|k| k.as_str()) {
-            Some("local" | "aws") => {}
+            Some("aws") => {}
+            Some("local") => {
+                if let Some(key) = p.keys().find(|k| *k != "kind") {
+                    return Err(cx.err("provider", None, key, "the local provider takes no settings".into()));
+                }
+            }
             _ => return Err(cx.err("provider", None, "kind", "must be \"local\" or \"aws\"".into())),
         }
     }
