@@ -98,6 +98,7 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
     let mut runner = prepare(args)?;
     install_stop_handlers();
     let mut client = Client::new(&args.server, &args.token);
+    let mut on_session = false;
     let mut util = UtilizationSampler::new(args.gpus);
     let cloud = args.imds_url.as_deref().map(|url| crate::imds::watch(url, node));
     eprintln!(
@@ -139,6 +140,12 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
             if let Outcome::Reply(HeartbeatReply { new_token: Some(token), .. }) = &outcome {
                 // The session token replaces the launch token, which the next heartbeat voids.
                 client = Client::new(&args.server, token);
+                on_session = true;
+            } else if matches!(outcome, Outcome::Denied(..)) && on_session {
+                // The daemon lost the session token (a store that lost its last writes): the launch token is
+                // valid again there, unless it was retired for good.
+                client = Client::new(&args.server, &args.token);
+                on_session = false;
             }
             if let Some(result) = state.handle(outcome, &f.checkpoints, &mut runner, &limits) {
                 return result;
@@ -160,6 +167,7 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
                 checkpoints: state.pending_checkpoints.clone(),
                 gpu_utilization: util.get(),
                 notices: cloud.as_ref().map(crate::imds::Seen::get).unwrap_or_default(),
+                session_tokens: true,
             };
             let c = client.clone();
             match std::thread::Builder::new().name("spillway-heartbeat".into()).spawn(move || c.heartbeat(&hb)) {

@@ -437,6 +437,9 @@ pub struct Heartbeat {
     /// Average GPU utilization (0-1) over the node's GPUs, where it can be measured (NVML).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_utilization: Option<f64>,
+    /// The agent switches to a session token when a reply hands it one (see the daemon's `tokens`).
+    #[serde(default)]
+    pub session_tokens: bool,
     /// What the cloud's instance metadata service told the node (sent until the node ends; the daemon acts once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<NodeNotice>,

@@ -12,6 +12,9 @@ use crate::schedule::find_placement;
 use crate::state::{Engine, WakeAt};
 use crate::time::Time;
 
+/// How long the jobs of a node at risk wait for a replacement before the node returns to service.
+const AT_RISK_FOR_MS: Time = 1_800_000;
+
 impl Engine {
     /// Marks a ready node at risk: it drains (no new work, no scale-in or preemption candidate) and its jobs move
     /// as replacements become ready (see [`Engine::move_at_risk`]). Ignored for a node that is not ready.
@@ -23,7 +26,7 @@ impl Engine {
         let (pool, jobs) = (n.pool, n.jobs.len());
         self.c.drain(node);
         self.c.nodes[node.0 as usize].at_risk = true;
-        self.at_risk.insert(node, self.now);
+        self.at_risk.insert(node, (self.now, self.now));
         let name = self.cfg.pools[pool].name.clone();
         self.record(
             DecisionKind::Interruption,
@@ -42,13 +45,20 @@ impl Engine {
             return (moves, shadow);
         }
         let now = self.now;
-        let nodes: Vec<(NodeId, Time)> = self.at_risk.iter().map(|(&n, &t)| (n, t)).collect();
+        let nodes: Vec<(NodeId, (Time, Time))> = self.at_risk.iter().map(|(&n, &t)| (n, t)).collect();
         let mut slots = Vec::new();
-        for (node, busy_until) in nodes {
+        for (node, (since, busy_until)) in nodes {
             let n = &self.c.nodes[node.0 as usize];
             if !n.alive() || !n.at_risk {
                 self.at_risk.remove(&node);
                 continue;
+            }
+            if !n.jobs.is_empty() && now >= since + AT_RISK_FOR_MS {
+                self.back_in_service(node);
+                continue;
+            }
+            if !n.jobs.is_empty() {
+                wake.at(since + AT_RISK_FOR_MS);
             }
             if n.jobs.is_empty() {
                 // Not while a job that left writes its checkpoint there (its process runs until then).
@@ -86,7 +96,7 @@ impl Engine {
             let until = self.c.jobs[id.0 as usize].not_before.unwrap_or(now);
             wake.at(until);
             for n in left {
-                if let Some(t) = self.at_risk.get_mut(&n) {
+                if let Some((_, t)) = self.at_risk.get_mut(&n) {
                     *t = (*t).max(until);
                 }
             }
@@ -96,6 +106,28 @@ impl Engine {
             wake.at(now);
         }
         (moves, shadow)
+    }
+
+    /// Returns a node at risk whose jobs found no replacement in [`AT_RISK_FOR_MS`] to service (a pool at its max
+    /// or quota, or a tier with no other pool, can leave them nowhere to go): drained for good, it would hold its
+    /// GPUs idle while it lives. The interruption, if it comes, is handled as any.
+    fn back_in_service(&mut self, node: NodeId) {
+        self.at_risk.remove(&node);
+        self.c.nodes[node.0 as usize].at_risk = false;
+        self.c.undrain(node, self.now);
+        let pool = self.c.nodes[node.0 as usize].pool;
+        let name = self.cfg.pools[pool].name.clone();
+        self.record(
+            DecisionKind::Interruption,
+            || format!("node:{}", node.0),
+            "rebalance_expired",
+            || {
+                format!(
+                    "pool {name}: no replacement for its jobs within {} s; the node takes work again",
+                    AT_RISK_FOR_MS / 1000
+                )
+            },
+        );
     }
 
     /// Terminates an empty node at risk (scale-in: nothing else may use it).

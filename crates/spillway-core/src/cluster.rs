@@ -212,6 +212,24 @@ impl Cluster {
         self.pools[pool].ready.remove(&id);
     }
 
+    /// Returns a draining node to service: it takes new work again and may go by scale-in once idle.
+    pub fn undrain(&mut self, id: NodeId, now: Time) {
+        let n = &mut self.nodes[id.0 as usize];
+        if n.state != NodeState::Draining {
+            return;
+        }
+        n.state = NodeState::Ready;
+        let (pool, free, empty) = (n.pool, n.free(), n.jobs.is_empty());
+        if empty {
+            n.idle_since = Some(now);
+            self.pools[pool].idle.insert((now, id));
+        }
+        self.pools[pool].ready.insert(id);
+        if free > 0 {
+            self.free[pool].insert((free, id));
+        }
+    }
+
     /// Binds `gpus` GPUs of `node` to `job`.
     pub fn bind(&mut self, job: JobId, node: NodeId, gpus: u32) {
         let n = &mut self.nodes[node.0 as usize];

@@ -72,7 +72,7 @@ pub enum EventError {
     UnknownPool(usize),
     #[error("pool {pool}: min_nodes {min} > max_nodes {max}, or a fixed pool (its nodes are listed in the config)")]
     BadBounds { pool: String, min: u32, max: u32 },
-    #[error("spot price of {instance_type}: {usd_per_hour} is not a price >= 0")]
+    #[error("spot price of {instance_type}: {usd_per_hour} is not a price > 0")]
     BadPrice { instance_type: String, usd_per_hour: f64 },
 }
 

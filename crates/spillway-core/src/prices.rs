@@ -8,9 +8,10 @@ use crate::state::Engine;
 
 impl Engine {
     /// Sets the spot price of `instance_type`; ignored for an unknown type or one the config sells no spot of,
-    /// refused when not a finite price >= 0. Recorded when it changes.
+    /// refused when not a finite price > 0. Recorded when it changes; the tiers' pool order (cheapest per GPU
+    /// first) follows it.
     pub(crate) fn spot_price(&mut self, instance_type: &str, usd_per_hour: f64) -> Result<(), EventError> {
-        if !(usd_per_hour >= 0.0 && usd_per_hour.is_finite()) {
+        if !(usd_per_hour > 0.0 && usd_per_hour.is_finite()) {
             return Err(EventError::BadPrice { instance_type: instance_type.to_string(), usd_per_hour });
         }
         let Some(i) = self.cfg.instance_type_index(instance_type) else { return Ok(()) };
@@ -19,6 +20,7 @@ impl Engine {
             return Ok(());
         }
         self.cfg.instance_types[i].spot_usd_per_hour = Some(usd_per_hour);
+        self.pool_order = (0..self.cfg.tiers.len()).map(|t| crate::access::pool_order(&self.cfg, t)).collect();
         self.record(
             DecisionKind::Admin,
             || format!("instance_type:{instance_type}"),

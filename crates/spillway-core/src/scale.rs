@@ -160,13 +160,15 @@ impl Engine {
             .iter()
             .filter_map(|&i| self.c.backoff.get(&(pool, i)).map(|b| b.0).filter(|&t| t > self.now))
             .collect();
+        let backed_off = |i: usize| self.c.backoff.get(&(pool, i)).is_some_and(|b| b.0 > self.now);
         let over_quota = |i: usize| {
             let nodes = workers.div_ceil((self.cfg.instance_types[i].gpus / g.max(1)).max(1));
             nodes > crate::quota::quota_nodes(&self.cfg, i, market, quota)
         };
         match backed.iter().min() {
             Some(&until) if backed.len() == fitting.len() => NotGrown::BackedOff { until },
-            _ if fitting.iter().any(|&i| over_quota(i)) => NotGrown::Quota,
+            // Quota only when it is what stops every fitting type that is not backed off.
+            _ if fitting.iter().all(|&i| over_quota(i) || backed_off(i)) => NotGrown::Quota,
             _ => NotGrown::OfferingShare,
         }
     }

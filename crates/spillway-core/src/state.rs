@@ -42,8 +42,9 @@ pub struct Engine {
     pub(crate) last_blocked: Vec<JobId>,
     pub(crate) last_shadow: Vec<(JobId, crate::access::Access)>,
     /// Nodes the cloud recommended moving off (rebalance recommendations), until they end or get their notice,
-    /// each with the instant until which jobs that left it may still be writing their checkpoint there.
-    pub(crate) at_risk: std::collections::BTreeMap<crate::model::NodeId, Time>,
+    /// each with when that came and the instant until which jobs that left it may still be writing their
+    /// checkpoint there.
+    pub(crate) at_risk: std::collections::BTreeMap<crate::model::NodeId, (Time, Time)>,
     /// For tests: search afresh for every job instead of remembering the shapes that found no room in a pass
     /// (see `shape`); the results must be the same.
     pub(crate) exhaustive: bool,

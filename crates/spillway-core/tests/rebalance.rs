@@ -103,3 +103,36 @@ fn a_recommendation_for_an_empty_or_unknown_node_is_harmless() {
     assert!(h.e.handle_event(h.now, Event::RebalanceRecommendation { node: NodeId(999) }).is_err());
     assert_eq!(h.job(job).state, JobState::Running);
 }
+
+#[test]
+fn a_node_at_risk_whose_jobs_can_go_nowhere_returns_to_service_after_half_an_hour() {
+    // The spot pool is at its max of one node, and p2 may use spot only: no replacement can be bought.
+    let mut h = Harness::new(
+        &SPOT
+            .replace("max_nodes = 4\n\"#", "max_nodes = 4\n")
+            .replace("instance_types = [\"a8\"]\nmax_nodes = 4\n", "instance_types = [\"a8\"]\nmax_nodes = 1\n"),
+    );
+    let job = h.submit(spec("p2", 8, 1));
+    let a = h.run_until(7200.0);
+    let l = launches(&a);
+    assert_eq!(l.len(), 1, "{a:?}");
+    let t = h.t();
+    h.at(t + 240.0);
+    h.event(Event::NodeReady { node: l[0].0 });
+    assert!(started(&h.drain(), job).is_some());
+    let node = l[0].0;
+    let t = h.t() + 1000.0;
+    h.at(t);
+    h.event(Event::RebalanceRecommendation { node });
+    let a = h.drain();
+    assert!(launches(&a).is_empty() && stops(&a).is_empty(), "nowhere to go, nothing bought: {a:?}");
+    assert_eq!(h.node(node).state, NodeState::Draining);
+    let a = h.run_until(t + 1799.0);
+    assert!(stops(&a).is_empty());
+    assert_eq!(h.node(node).state, NodeState::Draining, "still at risk before the half hour");
+    h.run_until(t + 1800.0);
+    assert_eq!(h.node(node).state, NodeState::Ready, "back in service");
+    assert!(!h.node(node).at_risk);
+    assert_eq!(h.records_of(DecisionKind::Interruption, "rebalance_expired").len(), 1);
+    assert_eq!((h.job(job).state, h.job(job).attempt), (JobState::Running, 1), "the job never stopped");
+}

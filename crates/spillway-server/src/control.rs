@@ -18,6 +18,8 @@ const METRIC_EVERY_MS: Time = 15_000;
 /// How long a notice about an instance no node is known to own yet is kept, and how many such notices at most.
 pub const EARLY_NOTICE_MS: Time = 600_000;
 const EARLY_NOTICES: usize = 1024;
+/// Relative change of a spot price below which the engine keeps the price it has.
+pub const PRICE_STEP: f64 = 0.02;
 
 impl State {
     /// Reconciles the engine with the provider's instances (`listed`, asked for at `asked_at`): adopts live
@@ -356,13 +358,19 @@ impl State {
         Ok(())
     }
 
-    /// Hands the engine the spot prices that differ from what it has (`prices` from the provider; types the config
-    /// sells no spot of are left out by the engine).
+    /// Hands the engine the spot prices that moved by more than [`PRICE_STEP`] from what it has (`prices` from
+    /// the provider; types the config sells no spot of are left out). A price that is not a finite number > 0 is
+    /// skipped with a line on stderr; the others still count.
     pub fn spot_prices(&mut self, now: Time, prices: &[(String, f64)]) -> Result<(), ApplyError> {
         for (name, price) in prices {
+            if !(*price > 0.0 && price.is_finite()) {
+                eprintln!("spillway: ignoring spot price {price} of {name}");
+                continue;
+            }
             let cfg = self.engine.config();
             let current = cfg.instance_type_index(name).and_then(|i| cfg.instance_types[i].spot_usd_per_hour);
-            if current.is_some_and(|c| c != *price) {
+            // Small moves are left out: each change is a log entry and a decision pass.
+            if current.is_some_and(|c| (price - c).abs() > PRICE_STEP * c) {
                 let event = Event::SpotPrice { instance_type: name.clone(), usd_per_hour: *price };
                 self.apply(now, Entry::Event(event))?;
             }
@@ -427,6 +435,11 @@ impl State {
         self.awaiting.remove(&node);
         if self.node_state(node) == Some(NodeState::Requested) {
             self.observe(now, Entry::Event(Event::NodeReady { node: NodeId(node) }))?;
+        }
+        if !hand_out {
+            // On its launch token: registered, nothing else counts (whoever holds that token may not report
+            // exits, checkpoints or notices, nor get work).
+            return Ok(Some(HeartbeatReply::default()));
         }
         for n in &hb.notices {
             let kind = match n {

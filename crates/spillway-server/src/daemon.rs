@@ -5,6 +5,7 @@
 use crate::datadir::{DataDir, Marker, TokenFile, ct_eq, new_token, token_hash};
 use crate::state::{ApplyError, Effect, State, StateOptions};
 use crate::store::Store;
+use crate::tokens::TokenUse;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spillway_api::{Heartbeat, HeartbeatReply};
@@ -291,10 +292,14 @@ impl Shared {
         // The token moves first: a heartbeat on the session token retires the launch token and may get work in
         // this reply; one still on the launch token gets its session token and no work, so no job runs on a
         // node whose launch token (readable there, as cloud user-data) still counts.
-        let reply = st.rotate_token(now, hb.node, &token_hash(token)).and_then(|session| {
-            let reply = st.heartbeat_with(now, hb, session.is_none())?;
-            Ok(reply.map(|r| HeartbeatReply { new_token: session, ..r }))
-        });
+        let reply = match st.rotate_token(now, hb.node, &token_hash(token), hb.session_tokens) {
+            Err(e) => Err(e),
+            Ok(TokenUse::Void) => Ok(None),
+            Ok(TokenUse::Launch(session)) => {
+                st.heartbeat_with(now, hb, false).map(|r| r.map(|r| HeartbeatReply { new_token: Some(session), ..r }))
+            }
+            Ok(TokenUse::Current) => st.heartbeat_with(now, hb, true),
+        };
         self.check_fatal(&st);
         drop(st);
         self.flush();

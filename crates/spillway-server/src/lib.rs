@@ -14,7 +14,7 @@ pub mod http;
 pub mod openapi;
 pub mod state;
 pub mod store;
-mod tokens;
+pub mod tokens;
 pub mod views;
 
 pub use daemon::{DaemonOptions, Shared};

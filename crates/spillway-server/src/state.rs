@@ -79,8 +79,7 @@ pub struct State {
     pub(crate) token_nodes: BTreeMap<String, u32>,
     /// Per node whose agent has not moved to a session token yet: its launch token's hash (see `tokens`).
     pub(crate) launch_tokens: BTreeMap<u32, String>,
-    /// Session tokens handed out and not yet used, per node (memory only: a restart hands out a new one).
-    pub(crate) sessions: BTreeMap<u32, String>,
+
     /// Grace of each stopped attempt, from the engine's `StopJob` actions.
     pub(crate) stop_grace: BTreeMap<(u32, u32), u64>,
     /// Workers each node reported running in its last heartbeat, and the attempts per job they make up.
@@ -156,7 +155,7 @@ impl State {
             token_hashes: BTreeMap::new(),
             token_nodes: BTreeMap::new(),
             launch_tokens: BTreeMap::new(),
-            sessions: BTreeMap::new(),
+
             stop_grace: BTreeMap::new(),
             running: BTreeMap::new(),
             attempts_running: BTreeMap::new(),

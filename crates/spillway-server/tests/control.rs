@@ -233,21 +233,31 @@ fn a_team_backlog_is_bounded_and_frees_up_as_jobs_end() {
 
 #[test]
 fn a_launch_token_buys_a_session_token_and_is_void_once_the_agent_uses_it_even_after_a_restart() {
+    use spillway_server::tokens::TokenUse;
     let d = dir("session");
     let (mut st, tokens) = open(&d, T0);
     let launch = tokens[&0].clone();
     let hash = |t: &str| spillway_server::datadir::token_hash(t);
     beat(&mut st, T0 + 100, 0, 1, vec![], vec![]);
-    let session = st.rotate_token(T0 + 100, 0, &hash(&launch)).unwrap().expect("a session token on the launch token");
-    assert_ne!(session, launch);
-    // The reply was lost: the agent is still on the launch token and gets the same session token, logged once.
-    let seq = st.store.last_seq();
-    assert_eq!(st.rotate_token(T0 + 200, 0, &hash(&launch)).unwrap().as_deref(), Some(session.as_str()));
-    assert_eq!(st.store.last_seq(), seq);
+    // An agent that takes no session tokens (an older one) keeps its launch token.
+    assert_eq!(st.rotate_token(T0 + 100, 0, &hash(&launch), false).unwrap(), TokenUse::Current);
+    let TokenUse::Launch(first) = st.rotate_token(T0 + 100, 0, &hash(&launch), true).unwrap() else {
+        panic!("a session token on the launch token")
+    };
+    // The reply was lost: the agent is still on the launch token and gets another; the first is void.
+    let TokenUse::Launch(session) = st.rotate_token(T0 + 200, 0, &hash(&launch), true).unwrap() else {
+        panic!("a new session token")
+    };
+    assert_ne!(first, session);
+    assert_eq!(st.rotate_token(T0 + 250, 0, &hash(&first), true).unwrap(), TokenUse::Void);
     assert_eq!((st.node_of_token(&launch), st.node_of_token(&session)), (Some(0), Some(0)));
     // The agent's first heartbeat on the session token voids the launch token (read back from user-data, say).
-    assert_eq!(st.rotate_token(T0 + 300, 0, &hash(&session)).unwrap(), None);
+    assert_eq!(st.rotate_token(T0 + 300, 0, &hash(&session), true).unwrap(), TokenUse::Current);
     assert_eq!((st.node_of_token(&launch), st.node_of_token(&session)), (None, Some(0)));
+    assert_eq!(st.rotate_token(T0 + 350, 0, &hash(&launch), true).unwrap(), TokenUse::Void);
+    let seq = st.store.last_seq();
+    assert_eq!(st.rotate_token(T0 + 400, 0, &hash(&session), true).unwrap(), TokenUse::Current);
+    assert_eq!(st.store.last_seq(), seq, "heartbeats on the session token log nothing");
     drop(st);
     let store = Store::open(&d.join("spillway.db")).unwrap();
     let cfg = Config::parse("local.toml", CONFIG).unwrap();
@@ -262,4 +272,24 @@ fn a_launch_token_buys_a_session_token_and_is_void_once_the_agent_uses_it_even_a
     let mut st = State::new(Engine::new(cfg, T0), store, opts, T0 + 1_000);
     st.replay().unwrap();
     assert_eq!((st.node_of_token(&launch), st.node_of_token(&session)), (None, Some(0)), "the restart agrees");
+}
+
+#[test]
+fn a_heartbeat_on_the_launch_token_registers_the_node_and_reports_nothing() {
+    let d = dir("launchbeat");
+    let (mut st, _) = open(&d, T0);
+    st.apply(
+        T0,
+        Entry::Submit { spec: spec(1), command: JobCommand { argv: vec!["true".into()], ..Default::default() } },
+    )
+    .unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    st.tick(T0 + 100, 100, &mut rng).unwrap();
+    let node = st.engine.job(JobId(0)).unwrap().placement[0].0.0;
+    let w = WorkerRef { job: 0, attempt: 1, rank: 0 };
+    let exit = WorkerExit { worker: w, code: Some(0), success: true, signal: None };
+    let hb = Heartbeat { node, seq: 1, exited: vec![exit], ..Default::default() };
+    let reply = st.heartbeat_with(T0 + 200, &hb, false).unwrap().expect("alive");
+    assert!(reply.run.is_empty() && reply.acked_exits.is_empty(), "{reply:?}");
+    assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Running, "a claimed exit counted for nothing");
 }

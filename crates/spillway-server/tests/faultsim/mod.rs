@@ -457,6 +457,7 @@ impl World {
                     checkpoints: Vec::new(),
                     gpu_utilization: None,
                     notices: Vec::new(),
+                    session_tokens: false,
                 };
                 beats.push((a.token.clone(), hb));
             }
