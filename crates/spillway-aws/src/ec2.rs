@@ -65,15 +65,7 @@ pub async fn launch(ec2: &Client, o: &AwsOptions, spec: &LaunchSpec) -> Result<I
         }
     });
     let (id, spot) = fleet?;
-    Ok(Instance {
-        id,
-        cluster: spec.cluster.clone(),
-        node: spec.node,
-        pool: spec.pool.clone(),
-        instance_type: spec.instance_type.clone(),
-        gpus: spec.gpus,
-        spot,
-    })
+    Ok(spec.instance(id, spot))
 }
 
 /// Creates a version of the launch template that carries this node's user-data (and the AMI override, if any);

@@ -28,6 +28,21 @@ pub struct LaunchSpec {
     pub boot_delay_s: f64,
 }
 
+impl LaunchSpec {
+    /// Returns the instance this spec launched as `id` (`spot`: the market it got).
+    pub fn instance(&self, id: String, spot: bool) -> Instance {
+        Instance {
+            id,
+            cluster: self.cluster.clone(),
+            node: self.node,
+            pool: self.pool.clone(),
+            instance_type: self.instance_type.clone(),
+            gpus: self.gpus,
+            spot,
+        }
+    }
+}
+
 /// A running node as the provider knows it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Instance {

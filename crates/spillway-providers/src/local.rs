@@ -291,15 +291,7 @@ impl Provider for LocalProvider {
             }
         }
         let (pid, start_time) = self.spawn_agent(spec)?;
-        let instance = Instance {
-            id,
-            cluster: spec.cluster.clone(),
-            node: spec.node,
-            pool: spec.pool.clone(),
-            instance_type: spec.instance_type.clone(),
-            gpus: spec.gpus,
-            spot: spec.spot,
-        };
+        let instance = spec.instance(id, spec.spot);
         let record = Record { instance: instance.clone(), pid, start_time };
         if let Err(e) = self.store.write(&record) {
             // An agent without a record could never be listed or stopped: do not leave it running.

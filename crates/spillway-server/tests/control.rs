@@ -19,9 +19,8 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
-/// Opens the daemon's state on `dir` at `now`, replayed and reconciled against no instances; returns it and the
-/// agent token each owned node's (re)launch got.
-fn open(dir: &Path, now: Time) -> (State, BTreeMap<u32, String>) {
+/// Opens the daemon's state on `dir` at `now` and replays its log (no reconcile).
+fn replayed(dir: &Path, now: Time) -> State {
     let store = Store::open(&dir.join("spillway.db")).unwrap();
     let cfg = Config::parse("local.toml", CONFIG).unwrap();
     let opts = StateOptions {
@@ -34,6 +33,13 @@ fn open(dir: &Path, now: Time) -> (State, BTreeMap<u32, String>) {
     };
     let mut st = State::new(Engine::new(cfg, T0), store, opts, now);
     st.replay().unwrap();
+    st
+}
+
+/// Opens the daemon's state on `dir` at `now`, replayed and reconciled against no instances; returns it and the
+/// agent token each owned node's (re)launch got.
+fn open(dir: &Path, now: Time) -> (State, BTreeMap<u32, String>) {
+    let mut st = replayed(dir, now);
     st.reconcile(now, &[], now, true).unwrap();
     let mut tokens = BTreeMap::new();
     for e in std::mem::take(&mut st.effects) {
@@ -259,18 +265,7 @@ fn a_launch_token_buys_a_session_token_and_is_void_once_the_agent_uses_it_even_a
     assert_eq!(st.rotate_token(T0 + 400, 0, &hash(&session), true).unwrap(), TokenUse::Current);
     assert_eq!(st.store.last_seq(), seq, "heartbeats on the session token log nothing");
     drop(st);
-    let store = Store::open(&d.join("spillway.db")).unwrap();
-    let cfg = Config::parse("local.toml", CONFIG).unwrap();
-    let opts = StateOptions {
-        jobs_dir: d.join("jobs"),
-        cluster_id: "c".into(),
-        heartbeat_timeout_ms: 3_000,
-        boot_grace_ms: 5_000,
-        reconcile_every_ms: 60_000,
-        max_backlog: (3, 1 << 20),
-    };
-    let mut st = State::new(Engine::new(cfg, T0), store, opts, T0 + 1_000);
-    st.replay().unwrap();
+    let st = replayed(&d, T0 + 1_000);
     assert_eq!((st.node_of_token(&launch), st.node_of_token(&session)), (None, Some(0)), "the restart agrees");
 }
 
