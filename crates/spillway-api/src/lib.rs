@@ -290,6 +290,9 @@ pub struct NodeView {
     pub protected: bool,
     /// Jobs running on it.
     pub jobs: Vec<u32>,
+    /// Its name in Slurm, for a node Slurm asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_name: Option<String>,
 }
 
 /// A pool as the API shows it.
@@ -351,6 +354,30 @@ pub struct Protect {
     pub protected: bool,
 }
 
+/// `POST /v1/slurm/resume` and `/v1/slurm/suspend`: what Slurm's `ResumeProgram` or `SuspendProgram` got.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmRequest {
+    /// A Slurm hostlist (`c[1-2],gpu7`).
+    pub hosts: String,
+}
+
+/// What became of each name of a Slurm request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlurmReply {
+    pub nodes: Vec<SlurmOutcome>,
+}
+
+/// One name of a Slurm request: the node now behind it, or why nothing changed for it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlurmOutcome {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// One recorded decision (the event log).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EventView {
@@ -379,6 +406,9 @@ pub struct CostView {
     pub by_tier: BTreeMap<String, f64>,
     pub by_pool: BTreeMap<String, f64>,
     pub by_market: BTreeMap<String, f64>,
+    /// Node-hours paid for, by market.
+    #[serde(default)]
+    pub node_hours_by_market: BTreeMap<String, f64>,
 }
 
 /// The body of every error response.

@@ -60,6 +60,7 @@ fn spec(cluster: &str, node: u32) -> LaunchSpec {
         spot: true,
         token: format!("token-{node}"),
         boot_delay_s: 0.0,
+        slurm_node: None,
     }
 }
 

@@ -90,14 +90,15 @@ impl Access {
     }
 }
 
-/// Returns the pools `tier` may use in placement order: fixed first, then cheapest price per GPU-hour.
+/// Returns the pools `tier` may use in placement order: fixed first, then cheapest price per GPU-hour. Pools
+/// another scheduler drives are never among them.
 pub(crate) fn pool_order(cfg: &Config, tier: usize) -> Vec<usize> {
     let markets = &cfg.tiers[tier].markets;
     let mut pools: Vec<(bool, f64, usize)> = cfg
         .pools
         .iter()
         .enumerate()
-        .filter(|(_, p)| markets.contains(&p.market))
+        .filter(|(_, p)| markets.contains(&p.market) && !p.external())
         .map(|(i, p)| (p.market != Market::Fixed, gpu_price(cfg, i), i))
         .collect();
     pools.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));

@@ -147,6 +147,7 @@ impl Cluster {
             gpu_utilization: None,
             protected: false,
             at_risk: false,
+            held: None,
         });
         self.pools[pool].alive += 1;
         self.pools[pool].requested.insert(id);
@@ -178,7 +179,7 @@ impl Cluster {
         let was = n.state;
         n.state = state;
         n.ended_at = Some(now);
-        let (pool, market, price, gpus, free) = (n.pool, n.market, n.price_usd_per_hour, n.gpus, n.free());
+        let (pool, free) = (n.pool, n.free());
         // A failed launch is not billed: the instance never ran.
         let billed = if state == NodeState::Failed { 0 } else { now - n.requested_at };
         if let Some(since) = n.idle_since.take() {
@@ -190,9 +191,20 @@ impl Cluster {
         if was == NodeState::Requested {
             self.pools[pool].requested.remove(&id);
         }
-        self.ledger.book_node(pool, market, price, gpus, billed);
+        self.book_billed(id, billed);
         if let Some(it) = self.nodes[id.0 as usize].instance_type {
             self.offering_history.entry((pool, it)).or_default().1 += billed;
+        }
+    }
+
+    /// Books `billed` ms of node `id` by its pool and market; a node another scheduler asked for is billed whole
+    /// to the team and tier of the job that asked (that scheduler, not Spillway, knows what ran on it).
+    pub fn book_billed(&mut self, id: NodeId, billed: Time) {
+        let n = &self.nodes[id.0 as usize];
+        let (pool, market, price, gpus) = (n.pool, n.market, n.price_usd_per_hour, n.gpus);
+        self.ledger.book_node(pool, market, price, gpus, billed);
+        if let Some(h) = &n.held {
+            self.ledger.book_job(h.team, h.tier, gpus, gpus, price, billed);
         }
     }
 

@@ -74,6 +74,9 @@ pub enum EventError {
     BadBounds { pool: String, min: u32, max: u32 },
     #[error("spot price of {instance_type}: {usd_per_hour} is not a price > 0")]
     BadPrice { instance_type: String, usd_per_hour: f64 },
+    /// A request for a scheduler's node that cannot be taken (the text names what is wrong).
+    #[error("node {name}: {why}")]
+    BadNodeRequest { name: String, why: String },
 }
 
 /// Returns `n` followed by `noun`, plural unless `n` is 1.
@@ -409,6 +412,8 @@ impl Engine {
                     || format!("min {} -> {min}, max {} -> {max}", before.0, before.1),
                 );
             }
+            e @ Event::NodeRequested { .. } => self.node_requested(e)?,
+            Event::NodeReleased { name } => self.node_released(&name)?,
             Event::SetPoolProtection { pool, protected } => {
                 let p = self.cfg.pools.get_mut(pool).ok_or(EventError::UnknownPool(pool))?;
                 if p.scale_in_protection == protected {
@@ -469,8 +474,7 @@ impl Engine {
             let n = &self.c.nodes[i];
             if n.alive() {
                 let (id, billed) = (n.id, now - n.requested_at);
-                let (pool, market, price, gpus) = (n.pool, n.market, n.price_usd_per_hour, n.gpus);
-                self.c.ledger.book_node(pool, market, price, gpus, billed);
+                self.c.book_billed(id, billed);
                 self.c.nodes[id.0 as usize].ended_at = Some(now);
             }
         }
@@ -635,6 +639,7 @@ impl Engine {
             "interruption_notice",
             || format!("pool {name}: reclaim in {} s; draining", notice_ms / 1000),
         );
+        self.return_held(node, crate::ReturnWhy::Interrupted { deadline });
         if state == NodeState::Requested {
             self.c.node_end(node, NodeState::Lost, self.now);
             return Ok(());
@@ -748,6 +753,7 @@ impl Engine {
                 )
             },
         );
+        self.relaunch_held(node);
         Ok(())
     }
 
@@ -760,6 +766,7 @@ impl Engine {
             self.requeue(job, StopReason::NodeLost);
         }
         self.c.node_end(node, NodeState::Lost, self.now);
+        self.return_held(node, crate::ReturnWhy::Lost);
         Ok(())
     }
 }

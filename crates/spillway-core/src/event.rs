@@ -60,6 +60,46 @@ pub enum Event {
     SpotPrice { instance_type: String, usd_per_hour: f64 },
     /// A user protected (or unprotected) every node of a pool from scale-in.
     SetPoolProtection { pool: usize, protected: bool },
+    /// Another scheduler (Slurm) asks for its node `name`: the engine buys the cheapest offering `tier` may use
+    /// among `pools` (pools with `scheduler` set) with at least `gpus` GPUs of `gpu_model`, and books the node's
+    /// whole cost to `team` and `tier`. A request it cannot meet comes back as [`Action::ReturnNode`]; `why` says
+    /// what asked, for records. Refused for a name that already has a live node.
+    NodeRequested {
+        name: String,
+        pools: Vec<String>,
+        gpus: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        gpu_model: Option<String>,
+        tier: String,
+        team: String,
+        why: String,
+    },
+    /// The scheduler gave its node `name` back (Slurm suspended it): the node is terminated. Refused for a name
+    /// with no live node.
+    NodeReleased { name: String },
+}
+
+/// Why a node goes back to the scheduler that asked for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReturnWhy {
+    /// The cloud reclaims it at `deadline`: the jobs there should checkpoint and be requeued now.
+    Interrupted { deadline: Time },
+    /// It vanished (its instance or its heartbeat is gone).
+    Lost,
+    /// No offering it may use could be launched; the text says why.
+    CannotLaunch(String),
+}
+
+impl std::fmt::Display for ReturnWhy {
+    /// Says why, for people (the scheduler's node reason, records).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReturnWhy::Interrupted { .. } => write!(f, "spot interruption"),
+            ReturnWhy::Lost => write!(f, "node lost"),
+            ReturnWhy::CannotLaunch(why) => write!(f, "cannot launch: {why}"),
+        }
+    }
 }
 
 /// Why a job is being stopped.
@@ -115,6 +155,9 @@ pub enum Action {
     /// Stop a running attempt (signal, grace, kill); the engine has already requeued or ended the job.
     /// `grace_ms` is how long the job may take to checkpoint before it is killed.
     StopJob { job: JobId, attempt: u32, reason: StopReason, grace_ms: i64 },
+    /// Hand node `name` back to the scheduler that asked for it now (so it requeues what it runs there); the
+    /// node itself goes when the scheduler releases it, or when the cloud takes it.
+    ReturnNode { name: String, why: ReturnWhy },
     /// A decision to record (event log, API, metrics).
     Record(Decision),
 }

@@ -10,6 +10,8 @@ use crate::time::{Millis, to_hours};
 pub struct Ledger {
     /// USD by market, indexed by [`Market::index`].
     pub by_market: [f64; 3],
+    /// Node-milliseconds paid for, by market.
+    pub node_ms_by_market: [i128; 3],
     pub by_pool: Vec<f64>,
     pub by_team: Vec<f64>,
     pub by_tier: Vec<f64>,
@@ -33,6 +35,7 @@ impl Ledger {
     pub fn book_node(&mut self, pool: usize, market: Market, usd_per_hour: f64, gpus: u32, ms: Millis) {
         let usd = usd_per_hour * to_hours(ms.max(0));
         self.by_market[market.index()] += usd;
+        self.node_ms_by_market[market.index()] += ms.max(0) as i128;
         self.by_pool[pool] += usd;
         self.node_usd += usd;
         self.gpu_ms += gpus as i128 * ms.max(0) as i128;

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod event;
+mod external;
 pub mod growth;
 mod invariants;
 pub mod ledger;
@@ -30,8 +31,8 @@ mod window;
 
 pub use config::{Config, ConfigError, GangRoom, Market};
 pub use engine::{EventError, SubmitError, check_spec};
-pub use event::{Action, Decision, DecisionKind, Event, LaunchError, StopReason};
+pub use event::{Action, Decision, DecisionKind, Event, LaunchError, ReturnWhy, StopReason};
 pub use growth::{NotGrown, PoolChange, WhatIf};
-pub use model::{Exit, Job, JobId, JobSpec, JobState, Node, NodeId, NodeState, PendingReason};
+pub use model::{Exit, Hold, Job, JobId, JobSpec, JobState, Node, NodeId, NodeState, PendingReason};
 pub use state::Engine;
 pub use time::Time;

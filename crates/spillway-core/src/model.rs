@@ -261,6 +261,26 @@ pub struct Node {
     pub protected: bool,
     /// The cloud recommended moving off this node (see [`crate::Event::RebalanceRecommendation`]).
     pub at_risk: bool,
+    /// Set for a node another scheduler asked for by name ([`crate::Event::NodeRequested`]).
+    pub held: Option<Box<Hold>>,
+}
+
+/// A node another scheduler (Slurm) asked for: its name there, who it is billed to, and what it must hold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hold {
+    /// The node's name in that scheduler.
+    pub name: String,
+    /// Indexes of the team and tier the node's whole cost is booked to.
+    pub team: usize,
+    pub tier: usize,
+    /// The pools (indexes) it may come from, and the GPUs (of `model`) it must have.
+    pub pools: Vec<usize>,
+    pub gpus: u32,
+    pub model: Option<String>,
+    /// What asked for it, for records (`Slurm job 12 (partition gpu)`).
+    pub why: String,
+    /// Launches tried for this request so far.
+    pub tries: u32,
 }
 
 impl Node {

@@ -154,7 +154,7 @@ impl Engine {
         (0..self.cfg.pools.len())
             .map(|p| {
                 let (pool, st) = (&self.cfg.pools[p], &self.c.pools[p]);
-                if pool.market != Market::Spot || st.alive >= self.effective_max(p) {
+                if pool.market != Market::Spot || pool.external() || st.alive >= self.effective_max(p) {
                     return Vec::new();
                 }
                 let cooldown = secs(pool.scale_out_cooldown_s);

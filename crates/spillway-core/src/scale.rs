@@ -10,6 +10,28 @@ use crate::state::{Engine, WakeAt};
 use crate::time::{Time, secs};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// What a new node is bought for: the type it must be, and how it is compared.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Want<'a> {
+    /// Workers of a job: its GPUs and model; spot types compare on price per useful hour for its checkpoints.
+    Job(&'a Job),
+    /// The pool's min: its first type while it can launch, else the cheapest.
+    Min,
+    /// A node another scheduler named: at least `gpus` GPUs of `model`.
+    Node { gpus: u32, model: Option<&'a str> },
+}
+
+impl Want<'_> {
+    /// Returns the GPUs and model a node must hold.
+    fn shape(&self) -> (u32, Option<&str>) {
+        match self {
+            Want::Job(j) => (j.spec.gpus_per_worker, j.spec.gpu_model.as_deref()),
+            Want::Min => (1, None),
+            Want::Node { gpus, model } => (*gpus, *model),
+        }
+    }
+}
+
 impl Engine {
     /// Returns the pool's (min, max) now: its configured values as set by open schedule windows (a window's
     /// min or desired raises the min, its max lowers the max; the min never exceeds the max).
@@ -79,14 +101,17 @@ impl Engine {
     pub(crate) fn pick_instance_type(
         &self,
         pool: usize,
-        job: Option<&Job>,
+        want: Want<'_>,
         workers: u32,
         room: u32,
         quota: &[u32],
         wake: &mut WakeAt,
     ) -> Option<(usize, u32)> {
-        let gpus = job.map_or(1, |j| j.spec.gpus_per_worker);
-        let model = job.and_then(|j| j.spec.gpu_model.as_deref());
+        let (gpus, model) = want.shape();
+        let job = match want {
+            Want::Job(j) => Some(j),
+            Want::Min | Want::Node { .. } => None,
+        };
         let p = &self.cfg.pools[pool];
         // Near the pool's max (3/4 of its nodes alive) node slots are scarce: a slot filled with a small node is
         // capacity the pool can never have, so types compete on price per GPU (the larger wins a tie), not on the
@@ -94,8 +119,10 @@ impl Engine {
         let scarce = self.c.pools[pool].alive * 4 >= p.max_nodes.max(1) * 3;
         // Nodes bought for a pool's min (job `None`) are of its first type while it can launch: target tracking and
         // forecasts size the min in nodes of that type.
-        let first =
-            if job.is_none() { p.instance_types.first().and_then(|n| self.cfg.instance_type_index(n)) } else { None };
+        let first = match want {
+            Want::Min => p.instance_types.first().and_then(|n| self.cfg.instance_type_index(n)),
+            Want::Job(_) | Want::Node { .. } => None,
+        };
         let mut best: Option<(f64, usize, u32, u32)> = None;
         for name in &p.instance_types {
             let Some(i) = self.cfg.instance_type_index(name) else { continue };
@@ -214,7 +241,8 @@ impl Engine {
         let now = self.now;
         for p in 0..self.cfg.pools.len() {
             let cfg = &self.cfg.pools[p];
-            if cfg.market == Market::Fixed || self.c.pools[p].idle.is_empty() {
+            // A pool another scheduler drives gives nodes back only when it releases them.
+            if cfg.market == Market::Fixed || cfg.external() || self.c.pools[p].idle.is_empty() {
                 continue;
             }
             let swap_below = starved.get(&p).copied();

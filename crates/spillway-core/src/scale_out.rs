@@ -10,6 +10,7 @@ use crate::event::{Action, DecisionKind};
 use crate::growth::{NotGrown, PoolChange, WhatIf};
 use crate::model::{JobId, JobState, NodeId, PendingReason};
 use crate::place::{Fork, Slot, place};
+use crate::scale::Want;
 use crate::shape::Failed;
 use crate::state::{Engine, WakeAt};
 use crate::time::{Time, secs};
@@ -380,7 +381,7 @@ impl Planner<'_> {
                 && self.limits.headroom[p] > 0
                 && e.pick_instance_type(
                     p,
-                    Some(job),
+                    Want::Job(job),
                     job.spec.workers,
                     u32::MAX,
                     &self.quota_left,
@@ -439,8 +440,8 @@ impl Planner<'_> {
             (None, Some(if stepped { NotGrown::StepLimit { until } } else { NotGrown::Cooldown { until } }))
         } else {
             let quota = &self.quota_left;
-            let pick = e.pick_instance_type(p, Some(job), left, room, quota, wake);
-            let pick = pick.or_else(|| e.pick_instance_type(p, Some(job), left, u32::MAX, quota, wake));
+            let pick = e.pick_instance_type(p, Want::Job(job), left, room, quota, wake);
+            let pick = pick.or_else(|| e.pick_instance_type(p, Want::Job(job), left, u32::MAX, quota, wake));
             (pick, pick.is_none().then(|| e.why_no_type(p, g, model, left, quota)))
         };
         let Some((it, nodes)) = pick else {
@@ -505,13 +506,13 @@ impl Planner<'_> {
     fn up_to_min(&mut self, wake: &mut WakeAt) {
         let e = self.e;
         for p in 0..e.cfg.pools.len() {
-            if e.cfg.pools[p].market == Market::Fixed {
+            if e.cfg.pools[p].market == Market::Fixed || e.cfg.pools[p].external() {
                 continue;
             }
             let min = e.effective_min(p, wake);
             let have = e.c.pools[p].alive + self.out.launches.get(&p).map_or(0, |m| m.values().sum());
             if have < min
-                && let Some((it, _)) = e.pick_instance_type(p, None, 1, u32::MAX, &self.quota_left, wake)
+                && let Some((it, _)) = e.pick_instance_type(p, Want::Min, 1, u32::MAX, &self.quota_left, wake)
             {
                 let market = e.cfg.pools[p].market;
                 let n = (min - have).min(crate::quota::quota_nodes(&e.cfg, it, market, &self.quota_left));

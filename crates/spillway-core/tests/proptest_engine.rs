@@ -502,6 +502,9 @@ impl World<'_> {
                         return Err(format!("t={}: terminated node {} runs jobs", self.now, node.0));
                     }
                 }
+                Action::ReturnNode { name, .. } => {
+                    return Err(format!("t={}: node {name} handed back, but no scheduler asked for one", self.now));
+                }
                 Action::Record(_) => {}
             }
             self.check(&step)?;

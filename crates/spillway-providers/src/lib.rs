@@ -26,6 +26,8 @@ pub struct LaunchSpec {
     pub token: String,
     /// Injected boot latency (the local provider passes it to the agent).
     pub boot_delay_s: f64,
+    /// The node's name in Slurm when Slurm asked for it: the node runs `slurmd -N <name>`, not an agent.
+    pub slurm_node: Option<String>,
 }
 
 impl LaunchSpec {

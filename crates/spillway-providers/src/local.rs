@@ -37,6 +37,8 @@ pub struct LocalOptions {
     /// Run jobs as this Unix user: passed to agents as `--run-as`. Needs the daemon (and so its agents) to run
     /// as root; [`LocalProvider::new`] refuses it otherwise.
     pub run_as: Option<String>,
+    /// For nodes Slurm asked for: the `slurmd` to run and the `slurm.conf` it reads (absent: its default).
+    pub slurmd: Option<(PathBuf, Option<PathBuf>)>,
 }
 
 impl LocalOptions {
@@ -49,6 +51,7 @@ impl LocalOptions {
             capacity: BTreeMap::new(),
             terminate_grace: Duration::from_secs(5),
             run_as: None,
+            slurmd: None,
         }
     }
 }
@@ -190,6 +193,25 @@ impl LocalProvider {
         cmd
     }
 
+    /// The command that boots Slurm node `name` on this machine: after the boot delay, `slurmd -D -N name` in a
+    /// fresh time namespace whose boot clock starts near zero. That is what a new cloud machine looks like to
+    /// slurmctld, which ignores the registration of a node that booted before it asked for it (on a shared host
+    /// the boot clock is the host's).
+    fn slurmd_command(&self, name: &str, spec: &LaunchSpec) -> Result<Command, ProviderError> {
+        let Some((slurmd, conf)) = &self.opts.slurmd else {
+            return Err(ProviderError::Transient(format!("node {name} is Slurm's, and no slurmd is configured")));
+        };
+        // At least 1 s: slurmctld compares boot and request times in whole seconds.
+        let delay = spec.boot_delay_s.clamp(1.0, 3600.0);
+        let script = "sleep \"$0\"; up=$(cut -d. -f1 /proc/uptime); exec unshare --time --boottime \"-$up\" \"$@\"";
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c").arg(script).arg(format!("{delay:.3}")).arg(slurmd).args(["-D", "-N", name]);
+        if let Some(c) = conf {
+            cmd.arg("-f").arg(c);
+        }
+        Ok(cmd)
+    }
+
     /// Creates the agent's data directory (0700) and opens its log (0600) twice, for stdout and stderr.
     fn agent_files(&self, node: u32) -> Result<(File, File), ProviderError> {
         let dir = self.agent_dir(node);
@@ -206,8 +228,13 @@ impl LocalProvider {
     /// stdin, starts a thread that reaps it, and returns its (pid, start time).
     fn spawn_agent(&self, spec: &LaunchSpec) -> Result<(i32, u64), ProviderError> {
         let (log, log2) = self.agent_files(spec.node)?;
-        let mut cmd = self.agent_command(spec);
-        cmd.stdin(Stdio::piped()).stdout(log).stderr(log2);
+        let mut cmd = match &spec.slurm_node {
+            Some(name) => self.slurmd_command(name, spec)?,
+            None => self.agent_command(spec),
+        };
+        // A Slurm node gets no token: nothing of it runs Spillway's agent, and its jobs must not inherit one.
+        let stdin = if spec.slurm_node.is_some() { Stdio::null() } else { Stdio::piped() };
+        cmd.stdin(stdin).stdout(log).stderr(log2);
         // SAFETY: the closure runs between fork and exec and only calls async-signal-safe functions.
         unsafe {
             cmd.pre_exec(|| {
@@ -243,7 +270,9 @@ impl LocalProvider {
         if let Err(e) = reaper {
             return Err(fail(format!("start reaper thread for agent pid {pid}: {e}")));
         }
-        if let Err(e) = send_token(stdin, &spec.token) {
+        if spec.slurm_node.is_none()
+            && let Err(e) = send_token(stdin, &spec.token)
+        {
             return Err(fail(format!("hand the node token to agent pid {pid} for node {}: {e}", spec.node)));
         }
         match start_time {

@@ -56,6 +56,7 @@ fn spec(cluster: &str, node: u32, instance_type: &str) -> LaunchSpec {
         spot: node.is_multiple_of(2),
         token: format!("tok-{node}"),
         boot_delay_s: 1.5,
+        slurm_node: None,
     }
 }
 

@@ -31,10 +31,10 @@ type S = State<Arc<Shared>>;
 type RawPath = Result<Path<String>, PathRejection>;
 
 /// An error response: status and [`ErrorBody`].
-pub struct ApiError(StatusCode, ErrorBody);
+pub struct ApiError(pub(crate) StatusCode, pub(crate) ErrorBody);
 
 impl ApiError {
-    fn new(status: StatusCode, error: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, error: impl Into<String>) -> Self {
         ApiError(status, ErrorBody { error: error.into(), field: None })
     }
     fn field(status: StatusCode, field: &str, error: impl Into<String>) -> Self {
@@ -59,7 +59,7 @@ impl From<crate::state::ApplyError> for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 /// Returns the router of the whole API.
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -78,6 +78,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/events", get(list_events))
         .route("/v1/cost", get(cost))
         .route("/v1/agent/heartbeat", post(heartbeat))
+        .route("/v1/slurm/resume", post(crate::slurm::api::resume))
+        .route("/v1/slurm/suspend", post(crate::slurm::api::suspend))
         .route("/v1/openapi.json", get(|| async { axum::Json(crate::openapi::document()) }))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ready\n" }))
@@ -135,7 +137,7 @@ fn user(s: &Shared, headers: &HeaderMap) -> ApiResult<Principal> {
 }
 
 /// Returns `Ok` for the admin token, 403 for a team token.
-fn admin(s: &Shared, headers: &HeaderMap) -> ApiResult<()> {
+pub(crate) fn admin(s: &Shared, headers: &HeaderMap) -> ApiResult<()> {
     match user(s, headers)? {
         Principal::Admin => Ok(()),
         Principal::Team(t) => {
@@ -157,7 +159,7 @@ fn named_field(msg: &str) -> Option<String> {
 
 /// Parses a JSON body: exactly one JSON value, then only whitespace. Errors name the field at fault (`tier`,
 /// `env.X`, `gpus`): 400 for malformed JSON or trailing input, 422 for a well-formed value of the wrong shape.
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> ApiResult<T> {
     let de = &mut serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();

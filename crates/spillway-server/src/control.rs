@@ -195,10 +195,12 @@ impl State {
         self.awaiting = awaiting.into_iter().filter(|&n| self.alive(n)).collect();
         for &(id, state, _, pool) in &nodes {
             let seen = *self.seen.entry(id).or_insert(now);
+            let timeout = match self.held(id) {
+                true => self.opts.heartbeat_timeout_ms.max(self.slurm_liveness_ms),
+                false => self.opts.heartbeat_timeout_ms,
+            };
             match state {
-                NodeState::Ready | NodeState::Draining if now - seen > self.opts.heartbeat_timeout_ms => {
-                    self.fence(now, id)
-                }
+                NodeState::Ready | NodeState::Draining if now - seen > timeout => self.fence(now, id),
                 NodeState::Requested => {
                     let boot = (self.engine.config().pools[pool].boot_latency_s.max(0.0) * 1000.0) as Time
                         + self.opts.boot_grace_ms;
@@ -538,6 +540,7 @@ impl State {
             spot: n.market == Market::Spot,
             token: token.to_string(),
             boot_delay_s: if n.market == Market::Fixed { 0.0 } else { pool.boot_latency_s },
+            slurm_node: n.held.as_ref().map(|h| h.name.clone()),
         })
     }
 }

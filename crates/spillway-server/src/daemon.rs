@@ -63,6 +63,8 @@ pub struct Shared {
     /// Set when the daemon must stop (a store write failed for good).
     pub stop: tokio::sync::Notify,
     marker_seq: Mutex<i64>,
+    /// Slurm, when the config has a `[slurm]` table.
+    pub slurm: Option<crate::slurm::Slurm>,
 }
 
 /// Who a bearer token belongs to.
@@ -120,6 +122,7 @@ impl Shared {
         }
         let (text, start) = stored_config(&store, &opts, config_name, config_text)?;
         let cfg = Config::parse(config_name, &text).map_err(|e| StartError::Config(e.to_string()))?;
+        let slurm = crate::slurm::Slurm::from_config(config_name, &text, &cfg).map_err(StartError::Config)?;
         let cluster_id = match store.meta("cluster_id")? {
             Some(id) => id,
             None => {
@@ -143,6 +146,8 @@ impl Shared {
         };
         let now = now_ms();
         let mut state = State::new(Engine::new(cfg, start), store, sopts, now);
+        // Slurm's nodes are seen at each sync: three missed syncs (or the heartbeat timeout) make one lost.
+        state.slurm_liveness_ms = slurm.as_ref().map_or(0, |s| (s.opts.sync_every_s * 3000.0) as Time);
         state.replay()?;
         let seq = state.store.last_seq();
         data_dir
@@ -160,6 +165,7 @@ impl Shared {
             clock: (now, Instant::now()),
             stop: tokio::sync::Notify::new(),
             marker_seq: Mutex::new(seq),
+            slurm,
         })
     }
 
@@ -207,7 +213,7 @@ impl Shared {
     }
 
     /// Stops the daemon when the state hit a store failure it cannot go on from.
-    fn check_fatal(&self, st: &State) {
+    pub(crate) fn check_fatal(&self, st: &State) {
         if st.fatal.is_some() {
             self.stop.notify_one();
         }
@@ -344,6 +350,7 @@ impl Shared {
                 Ok(()) | Err(ProviderError::NotFound(_)) => {}
                 Err(e) => eprintln!("spillway: terminating orphan instance {id}: {e}"),
             },
+            Effect::SlurmHandBack { name, reason } => self.slurm_hand_back(&name, &reason),
             Effect::List => {
                 let asked = self.now();
                 match self.provider.list(&self.cluster_id) {
@@ -398,7 +405,8 @@ impl Shared {
         while start.elapsed() < limit {
             let done = {
                 let st = self.state();
-                since.iter().all(|(&n, &s)| !st.alive(n) || st.beat_seq_of(n) >= s + 2)
+                // Slurm's nodes run no agent: Slurm has their jobs' exits.
+                since.iter().all(|(&n, &s)| !st.alive(n) || st.held(n) || st.beat_seq_of(n) >= s + 2)
             };
             if done {
                 return;

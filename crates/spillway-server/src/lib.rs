@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod datadir;
 pub mod http;
 pub mod openapi;
+pub mod slurm;
 pub mod state;
 pub mod store;
 pub mod tokens;
@@ -114,6 +115,19 @@ pub async fn serve(
             }
         })
     };
+    let slurm_sync = shared.slurm.as_ref().map(|sl| {
+        let me = shared.clone();
+        let every = std::time::Duration::from_secs_f64(sl.opts.sync_every_s);
+        tokio::spawn(async move {
+            loop {
+                let p = me.clone();
+                if tokio::task::spawn_blocking(move || p.slurm_sync()).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(every).await;
+            }
+        })
+    });
     started(&Started { url, admin_token: shared.tokens.admin.clone(), team_tokens: shared.team_tokens(), replayed });
     // A store failure the daemon cannot go on from stops it like a signal would, with the error printed.
     let fatal = shared.clone();
@@ -136,6 +150,9 @@ pub async fn serve(
     ticker.abort();
     notices.abort();
     prices.abort();
+    if let Some(t) = slurm_sync {
+        t.abort();
+    }
     if opts.stop_nodes_on_exit {
         let me = shared.clone();
         tokio::task::spawn_blocking(move || me.terminate_all()).await?;
@@ -164,5 +181,9 @@ fn local_provider(opts: &ServeOptions, url: &str) -> anyhow::Result<Arc<dyn spil
     );
     local.capacity = capacity;
     local.run_as = opts.daemon.run_as.clone();
+    // Slurm's nodes run slurmd; a bad [slurm] table is reported when the daemon opens its state.
+    if let Ok(Some(sl)) = slurm::SlurmOptions::from_config(&opts.config_name, &opts.config_text, &cfg) {
+        local.slurmd = Some((sl.slurmd, sl.conf));
+    }
     Ok(Arc::new(spillway_providers::LocalProvider::new(local).context("starting the local provider")?))
 }

@@ -40,6 +40,8 @@ pub enum Effect {
     TerminateInstance { id: String },
     /// List the provider's instances and reconcile ([`State::reconcile`]).
     List,
+    /// Hand Slurm's node `name` back to Slurm: requeue its jobs and power it down, giving `reason`.
+    SlurmHandBack { name: String, reason: String },
 }
 
 /// Per rank of one attempt: whether it succeeded and how its process ended.
@@ -124,6 +126,11 @@ pub struct State {
     /// Nodes alive at startup that have not reported yet: no work is handed out until they have (or timed out).
     pub(crate) awaiting: BTreeSet<u32>,
     pub(crate) next_reconcile: Time,
+    /// Slurm nodes handed back to Slurm: when, and why (see [`crate::slurm::sync::RETURN_QUIET_MS`]).
+    pub(crate) slurm_returned: BTreeMap<String, (Time, String)>,
+    /// How long a node Slurm asked for may go unseen by Slurm's sync before it is lost (at least the heartbeat
+    /// timeout).
+    pub slurm_liveness_ms: Time,
     /// Launches the engine asked for during the current drain; they get tokens once it is over.
     new_launches: Vec<u32>,
     /// Set when a write to the store failed for good: nothing is applied any more and the daemon stops.
@@ -179,6 +186,8 @@ impl State {
             fencing: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             next_reconcile: now,
+            slurm_returned: BTreeMap::new(),
+            slurm_liveness_ms: 0,
             new_launches: Vec::new(),
             fatal: None,
         }
@@ -298,6 +307,12 @@ impl State {
                 Action::Launch { .. } | Action::Terminate { .. } => {}
                 Action::StopJob { job, attempt, grace_ms, .. } => {
                     self.stop_grace.insert((job.0, attempt), grace_ms.max(0) as u64);
+                }
+                Action::ReturnNode { name, why } => {
+                    self.slurm_returned.insert(name.clone(), (now, why.to_string()));
+                    if !self.replaying {
+                        self.effects.push(Effect::SlurmHandBack { name, reason: why.to_string() });
+                    }
                 }
                 Action::Record(d) => self.record(d),
             }
@@ -517,7 +532,12 @@ impl State {
         self.placed.get(&(w.job, w.attempt)).and_then(|p| p.get(w.rank as usize)).is_some_and(|&on| on == n)
     }
 
-    /// Returns whether node `n` is alive in the engine (requested, ready or draining).
+    /// Returns whether node `n` is one another scheduler (Slurm) asked for.
+    pub fn held(&self, n: u32) -> bool {
+        self.engine.cluster().nodes.get(n as usize).is_some_and(|x| x.held.is_some())
+    }
+
+    /// Returns whether node `n` is alive (requested, ready or draining).
     pub fn alive(&self, n: u32) -> bool {
         self.engine.cluster().nodes.get(n as usize).is_some_and(|x| x.alive())
     }

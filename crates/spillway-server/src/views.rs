@@ -164,6 +164,7 @@ pub fn node(st: &State, n: &Node) -> NodeView {
         free_gpus: n.free(),
         protected: n.protected || pool.scale_in_protection,
         jobs: n.jobs.iter().map(|j| j.0).collect(),
+        slurm_name: n.held.as_ref().map(|h| h.name.clone()),
     }
 }
 
@@ -214,6 +215,7 @@ pub fn cost(st: &State, now: Time) -> CostView {
     }
     for m in [Market::Fixed, Market::OnDemand, Market::Spot] {
         v.by_market.insert(m.as_str().into(), l.by_market[m.index()]);
+        v.node_hours_by_market.insert(m.as_str().into(), l.node_ms_by_market[m.index()] as f64 / 3_600_000.0);
     }
     v
 }
@@ -232,6 +234,7 @@ pub fn cost_minus(later: &CostView, earlier: &CostView) -> CostView {
         by_tier: sub(&later.by_tier, &earlier.by_tier),
         by_pool: sub(&later.by_pool, &earlier.by_pool),
         by_market: sub(&later.by_market, &earlier.by_market),
+        node_hours_by_market: sub(&later.node_hours_by_market, &earlier.node_hours_by_market),
     }
 }
 

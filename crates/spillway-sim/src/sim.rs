@@ -484,6 +484,8 @@ impl<'a> Sim<'a> {
                 }
             }
             Action::Terminate { node } => self.forget_node(node),
+            // Traces drive no other scheduler, so nothing asks for its nodes and nothing hands them back.
+            Action::ReturnNode { .. } => {}
             Action::StartJob { job, attempt, placement } => {
                 let nodes = self.engine.cluster();
                 for &(n, _) in &placement {

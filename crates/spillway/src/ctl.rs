@@ -390,7 +390,7 @@ fn positive_secs(s: &str) -> Result<f64, String> {
 
 /// Returns the seconds since the Unix epoch (the CLI, unlike the core, may read the clock: ages are shown against it).
 #[allow(clippy::disallowed_methods)]
-fn now() -> f64 {
+pub fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
@@ -601,17 +601,25 @@ fn instant(s: &str) -> anyhow::Result<String> {
     }
 }
 
-/// Returns the cost breakdown: one row per (group, key) with USD, total and idle first.
+/// Returns the cost breakdown: one row per (group, key) with USD, total and idle first; market rows also give the
+/// node-hours paid for.
 pub fn cost_table(c: &CostView) -> String {
     let usd = |v: f64| format!("{v:.2}");
+    let dash = || "-".to_string();
     let mut rows = vec![
-        vec!["total".to_string(), "-".to_string(), usd(c.total_usd)],
-        vec!["idle".to_string(), "-".to_string(), usd(c.idle_usd)],
+        vec!["total".to_string(), dash(), usd(c.total_usd), dash()],
+        vec!["idle".to_string(), dash(), usd(c.idle_usd), dash()],
     ];
     for (group, map) in [("team", &c.by_team), ("tier", &c.by_tier), ("pool", &c.by_pool), ("market", &c.by_market)] {
-        rows.extend(map.iter().map(|(k, v)| vec![group.to_string(), k.clone(), usd(*v)]));
+        rows.extend(map.iter().map(|(k, v)| {
+            let hours = match group {
+                "market" => c.node_hours_by_market.get(k).map_or_else(dash, |h| format!("{h:.3}")),
+                _ => dash(),
+            };
+            vec![group.to_string(), k.clone(), usd(*v), hours]
+        }));
     }
-    render_table(&["GROUP", "KEY", "USD"], &rows)
+    render_table(&["GROUP", "KEY", "USD", "NODE_HOURS"], &rows)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ mod daemon_cmd;
 mod demo;
 mod forecast;
 mod simulate;
+mod slurm_cmd;
 // CLI over the daemon's HTTP API (submit, jobs, nodes, pools, events, cost).
 mod client;
 mod ctl;
@@ -46,6 +47,11 @@ enum Command {
     Agent(daemon_cmd::AgentArgs),
     /// Forecast a demand series: fit on all but its last week, score that week against seasonal-naive.
     Forecast(forecast::Args),
+    /// Slurm's power-saving programs: `slurm resume HOSTLIST`, `slurm suspend HOSTLIST` (see docs/slurm.md).
+    Slurm {
+        #[command(subcommand)]
+        command: slurm_cmd::SlurmCommand,
+    },
     // ---- CLI over the daemon's HTTP API: submit, jobs, nodes, pools, events, cost (see ctl.rs). ----
     #[command(flatten)]
     Ctl(ctl::CtlCommand),
@@ -91,6 +97,7 @@ fn run() -> Result<()> {
         Command::Server(args) => daemon_cmd::server(args),
         Command::Agent(args) => daemon_cmd::agent(args),
         Command::Ctl(cmd) => ctl::run(cmd),
+        Command::Slurm { command } => slurm_cmd::run(command),
         Command::Config { command: ConfigCommand::Check { file } } => {
             let cfg = simulate::load_config(Some(&file))?;
             let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;

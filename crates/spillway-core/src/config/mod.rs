@@ -219,6 +219,28 @@ pub struct Pool {
     /// Predictive scaling from a forecast of the pool's GPU demand.
     #[serde(default)]
     pub predictive: Option<PredictiveConfig>,
+    /// Who asks for this pool's nodes: Spillway's own queue (the default), or Slurm, whose `ResumeProgram`
+    /// names the nodes it wants ([`crate::Event::NodeRequested`]); such a pool runs none of Spillway's jobs.
+    #[serde(default)]
+    pub scheduler: PoolScheduler,
+}
+
+/// Who asks for a pool's nodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolScheduler {
+    /// Spillway's queue: nodes come and go with its jobs.
+    #[default]
+    Spillway,
+    /// Slurm: a node is launched when Slurm resumes it by name and goes when Slurm suspends it.
+    Slurm,
+}
+
+impl Pool {
+    /// Returns whether another scheduler drives this pool (its nodes are bought and released at its request).
+    pub fn external(&self) -> bool {
+        self.scheduler != PoolScheduler::Spillway
+    }
 }
 
 /// Whether predictive scaling acts or only records what it would do.
@@ -381,6 +403,8 @@ struct RawConfig {
     quotas: Vec<Quota>,
     #[serde(default)]
     provider: Option<toml::Table>,
+    #[serde(default)]
+    slurm: Option<toml::Table>,
 }
 
 /// A validated configuration. Tiers are sorted by priority; names are unique; every reference resolves.
@@ -400,6 +424,9 @@ pub struct Config {
     /// The `[provider]` table: where nodes come from (`kind = "local"`, the default, or `"aws"`), read by the
     /// daemon's shell, never by the engine; absent: the local provider.
     pub provider: Option<toml::Table>,
+    /// The `[slurm]` table: how the daemon talks to Slurm and maps its partitions to tiers, read by the daemon's
+    /// shell, never by the engine; absent: no Slurm.
+    pub slurm: Option<toml::Table>,
 }
 
 impl Config {
@@ -439,7 +466,7 @@ impl Config {
         let markets = &self.tiers[tier].markets;
         let fits = |model: &str| model_fits(gpu_model, model);
         let mut best = 0;
-        for (i, pool) in self.pools.iter().enumerate().filter(|(_, p)| markets.contains(&p.market)) {
+        for (i, pool) in self.pools.iter().enumerate().filter(|(_, p)| markets.contains(&p.market) && !p.external()) {
             for n in pool.nodes.iter().filter(|n| fits(&n.gpu_model)) {
                 best = best.max(n.gpus);
             }
@@ -489,7 +516,7 @@ impl Config {
         }
         let usable = |m: Market| markets.contains(&m) && (m != Market::Spot || interruptible);
         let mut best: Option<GangRoom> = None;
-        for (i, pool) in self.pools.iter().enumerate().filter(|(_, p)| usable(p.market)) {
+        for (i, pool) in self.pools.iter().enumerate().filter(|(_, p)| usable(p.market) && !p.external()) {
             let room = match pool.market {
                 Market::Fixed => self.fixed_gang_room(i, gpus_per_worker, gpu_model),
                 _ => self.cloud_gang_room(i, gpus_per_worker, gpu_model),

@@ -2,7 +2,7 @@
 //! the key and line of the first thing that is wrong.
 
 use super::locate::line_of;
-use super::{Config, Market, RawConfig, Tier, default_tiers};
+use super::{Config, Market, Pool, RawConfig, Tier, default_tiers};
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
@@ -90,6 +90,7 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
         policy: raw.policy,
         quotas: raw.quotas,
         provider: raw.provider,
+        slurm: raw.slurm,
     })
 }
 
@@ -240,6 +241,21 @@ fn check_quotas(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A pool Slurm drives buys nodes only when Slurm names them: nothing of Spillway's own scaling applies to it.
+fn check_external_pool(cx: &Ctx, i: usize, p: &Pool) -> Result<(), ConfigError> {
+    if !p.external() {
+        return Ok(());
+    }
+    let e = |key: &str, msg: &str| Err(cx.err("pools", Some(i), key, format!("pool `{}` ({msg})", p.name)));
+    if p.min_nodes > 0 {
+        return e("min_nodes", "scheduler = \"slurm\": Slurm asks for its nodes, so min_nodes must be 0");
+    }
+    if p.target_gpu_utilization.is_some() || !p.step_scaling.is_empty() || p.predictive.is_some() {
+        return e("scheduler", "scheduler = \"slurm\" takes no target tracking, step or predictive scaling");
+    }
+    Ok(())
+}
+
 fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     let e = |i: usize, key: &str, msg: String| cx.err("pools", Some(i), key, msg);
@@ -290,6 +306,7 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
         if p.max_nodes == 0 {
             return Err(e(i, "max_nodes", "a cloud pool needs max_nodes >= 1".into()));
         }
+        check_external_pool(cx, i, p)?;
         if let Some(pr) = &p.predictive {
             if crate::autoscale::forecast::steps_per_day(pr.bucket_s).is_err() {
                 return Err(e(

@@ -361,6 +361,8 @@ impl World {
                     let _ = st.reconcile(now, &listed, now, false);
                 }
             }
+            // No Slurm in this simulation (its configs have no Slurm pools).
+            Effect::SlurmHandBack { .. } => {}
         }
     }
 
@@ -376,7 +378,7 @@ impl World {
             Effect::TerminateInstance { id } => {
                 self.instances.remove(&id);
             }
-            Effect::List => {}
+            Effect::List | Effect::SlurmHandBack { .. } => {}
         }
     }
 
