@@ -1,7 +1,8 @@
 //! What the daemon state does with Slurm: a resume becomes a node request with the tier and team of the job
 //! that asked, a suspend a release, and each sync with Slurm's view of its nodes stands in for agent heartbeats
 //! (a node is alive while its slurmd answers Slurm) and heals what a restart or a lost call left behind: a node
-//! Slurm powered down is released, a node Slurm is powering up with nothing behind it is requested. No I/O: the
+//! Slurm powered down is released, a node Slurm is powering up with nothing behind it (or with a machine that was
+//! up before, whose suspend was missed) is requested. No I/O: the
 //! daemon runs the commands and hands their results in.
 
 use super::{SlurmJob, SlurmNode, SlurmOptions};
@@ -69,6 +70,16 @@ impl State {
                 Some(id) if sn.powered_off() => {
                     eprintln!("spillway: slurm: {name} is powered down in Slurm; releasing node {}", id.0);
                     self.try_event(now, Event::NodeReleased { name: name.clone() })?.ok();
+                }
+                // Up before, and Slurm powers it up again: Slurm suspended it (a suspend this daemon missed) and
+                // wants a fresh boot, which the old machine cannot give it (slurmctld ignores a node that booted
+                // before it asked). The old one goes, a new one comes.
+                Some(id) if sn.powering_up() && self.node_state(id.0) != Some(NodeState::Requested) => {
+                    eprintln!("spillway: slurm: {name} is powering up again; replacing node {}", id.0);
+                    if self.try_event(now, Event::NodeReleased { name: name.clone() })?.is_ok() {
+                        let event = self.request_for(opts, name, jobs);
+                        self.try_event(now, event)?.ok();
+                    }
                 }
                 Some(id) if sn.responding() => {
                     self.seen.insert(id.0, now);

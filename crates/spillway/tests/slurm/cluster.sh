@@ -81,9 +81,9 @@ SH
   chmod 755 "$BASE/bin/$verb"
 done
 export SLURM_CONF=$BASE/slurm.conf
-slurmctld -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF" -N n1
-slurmd -f "$SLURM_CONF" -N n2
+/usr/sbin/slurmctld -f "$SLURM_CONF"
+/usr/sbin/slurmd -f "$SLURM_CONF" -N n1
+/usr/sbin/slurmd -f "$SLURM_CONF" -N n2
 for _ in $(seq 1 100); do
   [ "$(sinfo -h -p onprem -t idle -o %D 2>/dev/null)" = 2 ] && exit 0
   sleep 0.2
