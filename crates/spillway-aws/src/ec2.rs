@@ -3,7 +3,7 @@
 
 use crate::errors::{classify, classify_code, is_not_found};
 use crate::options::AwsOptions;
-use crate::userdata::{AgentBoot, base64, script};
+use crate::userdata::{AgentBoot, base64, script, slurm_script};
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
@@ -81,7 +81,11 @@ async fn user_data_version(ec2: &Client, o: &AwsOptions, spec: &LaunchSpec) -> R
         run_as: o.agent_run_as.as_deref(),
         imds_url: &o.imds_url,
     };
-    let mut data = RequestLaunchTemplateData::builder().user_data(base64(script(&boot).as_bytes()));
+    let text = match &spec.slurm_node {
+        Some(name) => slurm_script(spec.node, name, &o.slurmd, &o.slurmd_args),
+        None => script(&boot),
+    };
+    let mut data = RequestLaunchTemplateData::builder().user_data(base64(text.as_bytes()));
     if let Some(ami) = &o.image_id {
         data = data.image_id(ami);
     }

@@ -38,6 +38,16 @@ pub struct AwsOptions {
     /// The agent polls the instance metadata service here for spot notices (IMDSv2).
     #[serde(default = "default_imds_url")]
     pub imds_url: String,
+    /// For nodes Slurm asks for: the image's `slurmd`, and its arguments besides `-N <name>` (such as
+    /// `["--conf-server", "ctl:6817"]` for configless Slurm).
+    #[serde(default = "default_slurmd")]
+    pub slurmd: String,
+    #[serde(default)]
+    pub slurmd_args: Vec<String>,
+}
+
+fn default_slurmd() -> String {
+    "/usr/sbin/slurmd".into()
 }
 
 fn default_version() -> String {

@@ -1,5 +1,6 @@
 //! The user-data an instance boots with: a shell script that starts `spillway agent` for its node, with the node
-//! token on the agent's stdin (never on its command line or in its environment, which its jobs can read).
+//! token on the agent's stdin (never on its command line or in its environment, which its jobs can read), or for
+//! a node Slurm asked for, `slurmd` under the node's Slurm name.
 
 /// What the agent on an instance needs to know.
 pub struct AgentBoot<'a> {
@@ -43,6 +44,18 @@ pub fn script(b: &AgentBoot<'_>) -> String {
     )
 }
 
+/// Returns the user-data of a node Slurm asked for: it boots `slurmd` as Slurm node `name`, with `args` (say
+/// `--conf-server ctl:6817` for configless Slurm); no Spillway token goes to it, and nothing of Spillway runs.
+pub fn slurm_script(node: u32, name: &str, slurmd: &str, args: &[String]) -> String {
+    let extra: Vec<String> = args.iter().map(|a| quote(a)).collect();
+    format!(
+        "#!/bin/sh\n# spillway node {node}: Slurm node {name}\nexec {} -N {} {}\n",
+        quote(slurmd),
+        quote(name),
+        extra.join(" ")
+    )
+}
+
 /// Quotes `s` for a POSIX shell.
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
@@ -77,6 +90,15 @@ mod tests {
         for (plain, encoded) in cases {
             assert_eq!(base64(plain.as_bytes()), encoded, "{plain:?}");
         }
+    }
+
+    #[test]
+    fn a_slurm_node_boots_slurmd_under_its_name_with_no_token() {
+        let s = slurm_script(3, "gpu-07", "/usr/sbin/slurmd", &["--conf-server".into(), "ctl:6817".into()]);
+        assert_eq!(
+            s,
+            "#!/bin/sh\n# spillway node 3: Slurm node gpu-07\nexec '/usr/sbin/slurmd' -N 'gpu-07' '--conf-server' 'ctl:6817'\n"
+        );
     }
 
     #[test]

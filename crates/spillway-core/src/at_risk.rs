@@ -20,7 +20,8 @@ impl Engine {
     /// as replacements become ready (see [`Engine::move_at_risk`]). Ignored for a node that is not ready.
     pub(crate) fn rebalance_recommendation(&mut self, node: NodeId) -> Result<(), EventError> {
         let n = self.c.nodes.get(node.0 as usize).ok_or(EventError::UnknownNode(node.0))?;
-        if n.state != NodeState::Ready {
+        // Slurm's nodes run Slurm's jobs, which Spillway cannot move: they keep working until a notice comes.
+        if n.state != NodeState::Ready || n.held.is_some() {
             return Ok(());
         }
         let (pool, jobs) = (n.pool, n.jobs.len());

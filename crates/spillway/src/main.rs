@@ -98,23 +98,7 @@ fn run() -> Result<()> {
         Command::Agent(args) => daemon_cmd::agent(args),
         Command::Ctl(cmd) => ctl::run(cmd),
         Command::Slurm { command } => slurm_cmd::run(command),
-        Command::Config { command: ConfigCommand::Check { file } } => {
-            let cfg = simulate::load_config(Some(&file))?;
-            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-            let provider = daemon_cmd::check_provider(&cfg, &file.display().to_string(), &text)?;
-            let nodes: u32 = cfg.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count).sum();
-            println!(
-                "{}: ok ({} tiers, {} teams, {} instance types, {} pools, {} fixed nodes, {} schedules; {provider})",
-                file.display(),
-                cfg.tiers.len(),
-                cfg.teams.len(),
-                cfg.instance_types.len(),
-                cfg.pools.len(),
-                nodes,
-                cfg.schedules.len()
-            );
-            Ok(())
-        }
+        Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
         Command::Trace { command: TraceCommand::Convert { file, format, out } } => {
             let format: spillway_sim::trace::TraceFormat = format.parse().map_err(anyhow::Error::msg)?;
             let trace = spillway_sim::trace::load(&file, format)?;
@@ -128,4 +112,29 @@ fn run() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `spillway config check FILE`: the engine's config, the `[provider]` and `[slurm]` tables; prints a summary.
+fn config_check(file: &std::path::Path) -> Result<()> {
+    let cfg = simulate::load_config(Some(file))?;
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let provider = daemon_cmd::check_provider(&cfg, &file.display().to_string(), &text)?;
+    let name = file.display().to_string();
+    let slurm = match spillway_server::slurm::SlurmOptions::from_config(&name, &text, &cfg) {
+        Ok(Some(s)) => format!("; slurm: {} nodes in {} sets", s.node_names().len(), s.nodes.len()),
+        Ok(None) => String::new(),
+        Err(e) => anyhow::bail!(e),
+    };
+    let nodes: u32 = cfg.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count).sum();
+    println!(
+        "{}: ok ({} tiers, {} teams, {} instance types, {} pools, {} fixed nodes, {} schedules; {provider}{slurm})",
+        file.display(),
+        cfg.tiers.len(),
+        cfg.teams.len(),
+        cfg.instance_types.len(),
+        cfg.pools.len(),
+        nodes,
+        cfg.schedules.len()
+    );
+    Ok(())
 }
