@@ -62,10 +62,13 @@ impl State {
                     self.instances.insert(id, inst.id.clone());
                     self.early_notices_for(now, id, &inst.id)?;
                     if startup {
-                        // Adopted: its agent gets a full timeout to heartbeat the restarted daemon.
+                        // Adopted: its agent gets a full timeout to heartbeat the restarted daemon. A node Slurm
+                        // asked for runs none of Spillway's work, so it holds back no hand-out.
                         self.seen.insert(id, now);
                         self.launched.insert(id, now);
-                        self.awaiting.insert(id);
+                        if !self.held(id) {
+                            self.awaiting.insert(id);
+                        }
                     }
                 }
                 (None, true) if self.fencing.contains_key(&id) || self.launching.contains(&id) => {}

@@ -523,11 +523,13 @@ fn what_if_text(w: &WhatIfView) -> String {
 
 /// Returns the nodes table: ID POOL TYPE MARKET STATE GPUS FREE JOBS (a protected node's state says so).
 pub fn nodes_table(nodes: &[NodeView]) -> String {
+    // The Slurm name only when some node has one (a cluster behind Slurm).
+    let slurm = nodes.iter().any(|n| n.slurm_name.is_some());
     let rows: Vec<Vec<String>> = nodes
         .iter()
         .map(|n| {
             let state = if n.protected { format!("{} (protected)", n.state) } else { n.state.clone() };
-            vec![
+            let mut row = vec![
                 n.id.to_string(),
                 n.pool.clone(),
                 n.instance_type.clone().unwrap_or_else(|| "-".into()),
@@ -536,10 +538,18 @@ pub fn nodes_table(nodes: &[NodeView]) -> String {
                 n.gpus.to_string(),
                 n.free_gpus.to_string(),
                 list(&n.jobs),
-            ]
+            ];
+            if slurm {
+                row.push(n.slurm_name.clone().unwrap_or_else(|| "-".into()));
+            }
+            row
         })
         .collect();
-    render_table(&["ID", "POOL", "TYPE", "MARKET", "STATE", "GPUS", "FREE", "JOBS"], &rows)
+    let mut headers = vec!["ID", "POOL", "TYPE", "MARKET", "STATE", "GPUS", "FREE", "JOBS"];
+    if slurm {
+        headers.push("SLURM");
+    }
+    render_table(&headers, &rows)
 }
 
 /// Returns the pools table: NAME MARKET NODES READY MIN MAX GPUS BUSY (a protected pool's name says so).

@@ -31,6 +31,9 @@ pub struct SlurmOptions {
     /// Partitions whose jobs are of a tier (and team); a job in another partition is of its node set's tier.
     #[serde(default)]
     pub partitions: Vec<PartitionMap>,
+    /// Every node name with its node set, expanded once when the table is read.
+    #[serde(skip)]
+    names: BTreeMap<String, NodeInfo>,
 }
 
 /// Cloud nodes of one shape: their names as in `slurm.conf`, the pools they may come from, what they hold.
@@ -98,12 +101,13 @@ impl SlurmOptions {
             }
             return Ok(None);
         };
-        opts.check(cfg).map_err(|e| format!("{file}: slurm.{e}"))?;
+        let mut opts = opts;
+        opts.names = opts.check(cfg).map_err(|e| format!("{file}: slurm.{e}"))?;
         Ok(Some(opts))
     }
 
-    /// Checks names, pools, tiers and GPUs against the engine's config.
-    fn check(&self, cfg: &Config) -> Result<(), String> {
+    /// Checks names, pools, tiers and GPUs against the engine's config; returns every name with its node set.
+    fn check(&self, cfg: &Config) -> Result<BTreeMap<String, NodeInfo>, String> {
         if !(self.sync_every_s >= 1.0 && self.sync_every_s <= 3600.0) {
             return Err(format!("sync_every_s: {} is not 1 to 3600 seconds", self.sync_every_s));
         }
@@ -118,8 +122,8 @@ impl SlurmOptions {
             let key = |k: &str| format!("nodes[{i}].{k}");
             let names = hostlist::expand(&set.names).map_err(|e| format!("{}: {e}", key("names")))?;
             for n in names {
-                if let Some(j) = seen.insert(n.clone(), i) {
-                    return Err(format!("{}: node {n} is in node set {j} too", key("names")));
+                if let Some(j) = seen.insert(n.clone(), NodeInfo { set: i }) {
+                    return Err(format!("{}: node {n} is in node set {} too", key("names"), j.set));
                 }
             }
             if set.gpus == 0 {
@@ -163,19 +167,12 @@ impl SlurmOptions {
                 return Err(format!("partitions[{i}].team: must be 1 to 128 bytes"));
             }
         }
-        Ok(())
+        Ok(seen)
     }
 
     /// Returns every node name Spillway buys for Slurm, with its node set.
-    pub fn node_names(&self) -> BTreeMap<String, NodeInfo> {
-        let mut out = BTreeMap::new();
-        for (set, s) in self.nodes.iter().enumerate() {
-            // Checked at startup; a set that fails now (it cannot) contributes nothing.
-            for n in hostlist::expand(&s.names).unwrap_or_default() {
-                out.insert(n, NodeInfo { set });
-            }
-        }
-        out
+    pub fn node_names(&self) -> &BTreeMap<String, NodeInfo> {
+        &self.names
     }
 }
 
