@@ -194,7 +194,7 @@ impl LocalProvider {
     }
 
     /// The command that boots Slurm node `name` on this machine: after the boot delay, `slurmd -D -N name` in a
-    /// fresh time namespace whose boot clock starts near zero. That is what a new cloud machine looks like to
+    /// fresh PID namespace and a fresh time namespace whose boot clock starts near zero. That is what a new cloud machine looks like to
     /// slurmctld, which ignores the registration of a node that booted before it asked for it (on a shared host
     /// the boot clock is the host's).
     fn slurmd_command(&self, name: &str, spec: &LaunchSpec) -> Result<Command, ProviderError> {
@@ -203,8 +203,13 @@ impl LocalProvider {
         };
         // At least 1 s: slurmctld compares boot and request times in whole seconds.
         let delay = spec.boot_delay_s.clamp(1.0, 3600.0);
-        let script = "sleep \"$0\"; up=$(cut -d. -f1 /proc/uptime); exec unshare --time --boottime \"-$up\" \"$@\"";
+        // Its own PID namespace too, as a machine of its own: slurmstepd leaves slurmd's session, but not the
+        // namespace, so ending the node ends its jobs with it.
+        let script = "sleep \"$0\"; up=$(cut -d. -f1 /proc/uptime); \
+            exec unshare --time --boottime \"-$up\" --pid --fork --kill-child --mount-proc \"$@\"";
         let mut cmd = Command::new("/bin/sh");
+        // Nothing of the daemon's environment (a token in SPILLWAY_TOKEN, say) reaches slurmd or its jobs.
+        cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
         cmd.arg("-c").arg(script).arg(format!("{delay:.3}")).arg(slurmd).args(["-D", "-N", name]);
         if let Some(c) = conf {
             cmd.arg("-f").arg(c);

@@ -198,12 +198,12 @@ impl State {
         self.awaiting = awaiting.into_iter().filter(|&n| self.alive(n)).collect();
         for &(id, state, _, pool) in &nodes {
             let seen = *self.seen.entry(id).or_insert(now);
-            let timeout = match self.held(id) {
-                true => self.opts.heartbeat_timeout_ms.max(self.slurm_liveness_ms),
-                false => self.opts.heartbeat_timeout_ms,
-            };
             match state {
-                NodeState::Ready | NodeState::Draining if now - seen > timeout => self.fence(now, id),
+                // Slurm's nodes run no agent: the Slurm sync judges them (`slurm::sync`), only on Slurm's word.
+                NodeState::Ready | NodeState::Draining if self.held(id) => {}
+                NodeState::Ready | NodeState::Draining if now - seen > self.opts.heartbeat_timeout_ms => {
+                    self.fence(now, id)
+                }
                 NodeState::Requested => {
                     let boot = (self.engine.config().pools[pool].boot_latency_s.max(0.0) * 1000.0) as Time
                         + self.opts.boot_grace_ms;
@@ -237,7 +237,7 @@ impl State {
     }
 
     /// Starts fencing `node` unless it is already being fenced.
-    fn fence(&mut self, now: Time, node: u32) {
+    pub(crate) fn fence(&mut self, now: Time, node: u32) {
         if let std::collections::btree_map::Entry::Vacant(e) = self.fencing.entry(node) {
             e.insert(now);
             self.effects.push(Effect::Fence { node });

@@ -146,8 +146,9 @@ impl Shared {
         };
         let now = now_ms();
         let mut state = State::new(Engine::new(cfg, start), store, sopts, now);
-        // Slurm's nodes are seen at each sync: three missed syncs (or the heartbeat timeout) make one lost.
-        state.slurm_liveness_ms = slurm.as_ref().map_or(0, |s| (s.opts.sync_every_s * 3000.0) as Time);
+        // A node Slurm says does not answer, in three syncs and for the heartbeat timeout at least, is lost.
+        let heartbeat = opts.heartbeat_timeout.as_millis() as Time;
+        state.slurm_liveness_ms = slurm.as_ref().map_or(0, |s| ((s.opts.sync_every_s * 3000.0) as Time).max(heartbeat));
         state.replay()?;
         let seq = state.store.last_seq();
         data_dir

@@ -128,9 +128,10 @@ pub struct State {
     pub(crate) next_reconcile: Time,
     /// Slurm nodes handed back to Slurm: when, and why (see [`crate::slurm::sync::RETURN_QUIET_MS`]).
     pub(crate) slurm_returned: BTreeMap<String, (Time, String)>,
-    /// How long a node Slurm asked for may go unseen by Slurm's sync before it is lost (at least the heartbeat
-    /// timeout).
+    /// How long Slurm may say a node it asked for does not answer before the node is taken for lost.
     pub slurm_liveness_ms: Time,
+    /// Per node Slurm asked for: since when Slurm has said it does not answer.
+    pub(crate) slurm_down_since: BTreeMap<u32, Time>,
     /// Launches the engine asked for during the current drain; they get tokens once it is over.
     new_launches: Vec<u32>,
     /// Set when a write to the store failed for good: nothing is applied any more and the daemon stops.
@@ -188,6 +189,7 @@ impl State {
             next_reconcile: now,
             slurm_returned: BTreeMap::new(),
             slurm_liveness_ms: 0,
+            slurm_down_since: BTreeMap::new(),
             new_launches: Vec::new(),
             fatal: None,
         }

@@ -46,7 +46,7 @@ pub fn run(cmd: SlurmCommand) -> anyhow::Result<()> {
                 (None, e) => format!("{verb} {}: not done: {}", n.name, e.as_deref().unwrap_or("unknown")),
             })
             .collect(),
-        Err(e) => vec![format!("{verb} {}: refused: {e:#}", req.hosts)],
+        Err(e) => vec![format!("{verb} {}: refused: {e:#}", spillway_server::slurm::hostlist::shown(&req.hosts))],
     };
     let stamp = crate::ctl::fmt_time(crate::ctl::now());
     for line in &lines {
@@ -69,9 +69,8 @@ pub fn run(cmd: SlurmCommand) -> anyhow::Result<()> {
 fn send(verb: &str, req: &Request) -> anyhow::Result<spillway_api::SlurmReply> {
     let mut conn = req.conn.clone();
     if let Some(f) = &req.token_file {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| CliError::new(EXIT_OTHER, format!("reading the token file {}: {e}", f.display())))?;
-        conn.token = Some(text.trim().to_string());
+        conn.token =
+            Some(read_token(f).map_err(|e| CliError::new(EXIT_OTHER, format!("token file {}: {e}", f.display())))?);
     }
     let client = connect(&conn)?;
     let body = serde_json::json!({ "hosts": req.hosts });
@@ -80,9 +79,35 @@ fn send(verb: &str, req: &Request) -> anyhow::Result<spillway_api::SlurmReply> {
         .map_err(|e| CliError::new(EXIT_OTHER, format!("bad answer from the server to {verb}: {e}")).into())
 }
 
-/// Appends `lines` to the log at `path`, each stamped.
+/// Reads the admin token from `path`: a file only its owner may read (it is the daemon's admin token), of one
+/// short line.
+fn read_token(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "mode {:o} lets others read the admin token; chmod 600 it",
+            meta.permissions().mode() & 0o777
+        ));
+    }
+    let mut text = String::new();
+    f.take(4096).read_to_string(&mut text).map_err(|e| e.to_string())?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Err("must hold one token on one line".into());
+    }
+    Ok(token.to_string())
+}
+
+/// Appends `lines` to the log at `path` (created 0600), each stamped.
 fn append(path: &Path, stamp: &str, lines: &[String]) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
     let text: String = lines.iter().map(|l| format!("{stamp} {l}\n")).collect();
     f.write_all(text.as_bytes())
 }

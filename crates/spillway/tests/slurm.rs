@@ -156,6 +156,20 @@ fn cloud_slurmds(base: &Path) -> Vec<String> {
     out
 }
 
+/// Pids of live processes named `comm`.
+fn named(comm: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let c = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z'));
+        if c.trim() == comm && !zombie {
+            out.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
 fn config(base: &Path) -> String {
     format!(
         r#"
@@ -198,6 +212,7 @@ scheduler = "slurm"
 [slurm]
 conf = "{conf}"
 slurmd = "/usr/sbin/slurmd"
+team = "research"
 sync_every_s = 1
 nodes = [{{ names = "c[1-4]", pools = ["slurm-spot", "slurm-od"], gpus = 8, gpu_model = "h100" }}]
 partitions = [
@@ -229,9 +244,12 @@ fn a_slurm_burst_survives_an_interruption_restarts_and_lost_calls() {
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&base).unwrap();
     let mut d = Daemon::unstarted("slurm", &config(&base));
+    // The daemon checks that slurm.conf exists; cluster.sh writes it once the daemon's URL is known.
+    std::fs::write(base.join("slurm.conf"), "").unwrap();
     d.start();
     let token = base.join("admin.token");
     std::fs::write(&token, d.admin()).unwrap();
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let url = format!("http://127.0.0.1:{}", d.port);
     let s = Slurm::start(&base, &url, &token);
 
@@ -309,9 +327,24 @@ fn a_slurm_burst_survives_an_interruption_restarts_and_lost_calls() {
     let log = std::fs::read_to_string(base.join("log/power.log")).unwrap();
     assert!(log.contains("resume c[1-: refused") && log.contains("already up"), "{log}");
 
+    // A suspend that Slurm did not ask for, while the p2 job runs there: the machine goes with its job steps,
+    // and the node Slurm still has up with nothing behind it goes back to Slurm.
+    assert!(!named("slurmstepd").is_empty(), "the p2 job's step runs");
+    let out = Command::new(BIN)
+        .args(["slurm", "suspend", &p2_node, "--server", &url, "--token-file"])
+        .arg(&token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait("the job step dies with its machine", 20, &d, &s, || named("slurmstepd").is_empty());
+    wait("Slurm gets the node back", 90, &d, &s, || s.node_state(&p2_node).contains("POWER"));
+    assert!(d.log().contains(&format!("{p2_node} is up in Slurm with no machine behind it")), "{}", d.log());
+    s.cmd("scancel", &[&p2.to_string()]);
+
     // After the idle time every node is suspended and gone; the cost report has the node-time by market.
     wait("every cloud node is released", 150, &d, &s, || live(&d).is_empty());
     wait("no cloud slurmd is left", 20, &d, &s, || cloud_slurmds(&base).is_empty());
+    wait("no job step outlives its node", 20, &d, &s, || named("slurmstepd").is_empty());
     let cost = d.get("/v1/cost");
     let hours = |m: &str| cost["node_hours_by_market"][m].as_f64().unwrap_or(0.0);
     assert!(hours("spot") > 0.0 && hours("on_demand") > 0.0, "{cost}");

@@ -3,8 +3,15 @@
 //! line that does not parse is skipped with a message, never a panic.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The longest the daemon waits for one Slurm command (Slurm's own `MessageTimeout` is 10 s by default).
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
+/// The most output read from one command (a node table of tens of thousands of nodes fits).
+const MAX_OUTPUT: u64 = 64 << 20;
 
 /// A node as `scontrol -o show node` prints it: base state and flags (`IDLE+CLOUD+POWERED_DOWN`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +34,11 @@ impl SlurmNode {
     /// Returns whether Slurm has suspended the node or is suspending it (it wants no machine behind it).
     pub fn powered_off(&self) -> bool {
         !self.powering_up() && (self.has("POWERED_DOWN") || self.has("POWERING_DOWN"))
+    }
+
+    /// Returns whether Slurm counts the node as up (neither powering up nor powered down), answering or not.
+    pub fn claims_up(&self) -> bool {
+        !self.powering_up() && !self.powered_off()
     }
 
     /// Returns whether the node's slurmd is registered and answering.
@@ -66,20 +78,48 @@ impl SlurmClient {
         SlurmClient { bin_dir, conf }
     }
 
-    /// Runs one Slurm command and returns its stdout; a failure says the command and its stderr.
+    /// Runs one Slurm command and returns its stdout; a failure says the command and its stderr. A command that
+    /// runs past [`COMMAND_TIMEOUT`] (a controller that does not answer) is killed: the daemon never waits on
+    /// Slurm for longer.
     fn run(&self, program: &str, args: &[&str]) -> Result<String, String> {
         let path = self.bin_dir.as_ref().map_or_else(|| PathBuf::from(program), |d| d.join(program));
         let mut cmd = Command::new(&path);
-        cmd.args(args).stdin(std::process::Stdio::null());
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         if let Some(c) = &self.conf {
             cmd.env("SLURM_CONF", c);
         }
-        let out = cmd.output().map_err(|e| format!("{}: {e}", path.display()))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            return Err(format!("{program} {}: {} ({})", args.join(" "), err.trim(), out.status));
+        let what = || format!("{program} {}", args.join(" "));
+        let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", path.display()))?;
+        // Read both pipes while waiting: a long answer must not fill a pipe and stall the command.
+        let read = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(p) = pipe {
+                    let _ = p.take(MAX_OUTPUT).read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+        let err = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+        let start = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => break st,
+                Ok(None) if start.elapsed() < COMMAND_TIMEOUT => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("{}: no answer within {} s (killed)", what(), COMMAND_TIMEOUT.as_secs()));
+                }
+                Err(e) => return Err(format!("{}: {e}", what())),
+            }
+        };
+        let (out, err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+        if !status.success() {
+            return Err(format!("{}: {} ({status})", what(), String::from_utf8_lossy(&err).trim()));
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
     /// Returns Slurm's nodes by name.

@@ -18,7 +18,7 @@ pub struct HostlistError {
 /// brackets, a bad range (`[3-1]`, `[a-b]`), characters Slurm does not allow in a node name, and lists that
 /// expand past [`MAX_NAMES`].
 pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
-    let err = |why: &str, at: usize| HostlistError { list: truncated(list), why: why.into(), at };
+    let err = |why: &str, at: usize| HostlistError { list: shown(list), why: why.into(), at };
     let list_trim = list.trim();
     if list_trim.is_empty() {
         return Err(err("empty hostlist", 0));
@@ -131,16 +131,15 @@ fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
 }
 
-/// Returns `s` cut to 200 bytes for an error message (a hostile list may be huge).
-fn truncated(s: &str) -> String {
-    if s.len() <= 200 {
-        return s.to_string();
-    }
-    let mut end = 200;
+/// Returns `s` cut to 200 bytes and escaped (a newline or an escape code in a hostile list must not forge log
+/// lines), for an error message.
+pub fn shown(s: &str) -> String {
+    let mut end = s.len().min(200);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}...", &s[..end])
+    let cut = if end < s.len() { "..." } else { "" };
+    format!("{}{cut}", s[..end].escape_debug())
 }
 
 #[cfg(test)]
@@ -172,6 +171,12 @@ mod tests {
             let e = expand(list).unwrap_err();
             assert_eq!((e.why.as_str(), e.at), (why, at), "{list}");
         }
+    }
+
+    #[test]
+    fn a_list_with_control_characters_cannot_forge_a_log_line() {
+        let e = expand("c1\nFAKE c4: node 99").unwrap_err();
+        assert!(!e.to_string().contains('\n') && e.to_string().contains("c1\\nFAKE"), "{e}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub struct SlurmOptions {
     /// The `slurmd` a node of the local provider runs (a cloud image starts its own).
     #[serde(default = "default_slurmd")]
     pub slurmd: PathBuf,
-    /// The team billed for a node whose job's partition names none.
+    /// The team billed for a node whose job's partition names none (a `[[teams]]` of the config).
     #[serde(default = "default_team")]
     pub team: String,
     /// Seconds between syncs with Slurm's view of its nodes.
@@ -114,8 +114,17 @@ impl SlurmOptions {
         if self.nodes.is_empty() {
             return Err("nodes: no node sets (add [[slurm.nodes]] with names, pools and gpus)".into());
         }
-        if self.team.is_empty() || self.team.len() > 128 {
-            return Err("team: must be 1 to 128 bytes".into());
+        // A team the config does not have would be billed beside the real ones, outside their quotas.
+        let team = |t: &str| cfg.teams.iter().any(|x| x.name == t);
+        if !team(&self.team) {
+            return Err(format!("team: `{}` is not a [[teams]] of this config", self.team));
+        }
+        for (key, path) in [("conf", &self.conf), ("bin_dir", &self.bin_dir)] {
+            if let Some(p) = path
+                && !p.exists()
+            {
+                return Err(format!("{key}: {} does not exist", p.display()));
+            }
         }
         let mut seen = BTreeMap::new();
         for (i, set) in self.nodes.iter().enumerate() {
@@ -160,11 +169,16 @@ impl SlurmOptions {
             }
         }
         for (i, p) in self.partitions.iter().enumerate() {
+            if self.partitions[..i].iter().any(|q| q.name == p.name) {
+                return Err(format!("partitions[{i}].name: partition `{}` is mapped twice", p.name));
+            }
             if cfg.tier_index(&p.tier).is_none() {
                 return Err(format!("partitions[{i}].tier: unknown tier `{}`", p.tier));
             }
-            if p.team.as_ref().is_some_and(|t| t.is_empty() || t.len() > 128) {
-                return Err(format!("partitions[{i}].team: must be 1 to 128 bytes"));
+            if let Some(t) = &p.team
+                && !team(t)
+            {
+                return Err(format!("partitions[{i}].team: `{t}` is not a [[teams]] of this config"));
             }
         }
         Ok(seen)
@@ -194,6 +208,12 @@ market = "spot"
 instance_types = ["h100x8"]
 max_nodes = 4
 scheduler = "slurm"
+
+[[teams]]
+name = "slurm"
+
+[[teams]]
+name = "ml"
 
 [[pools]]
 name = "cloud-od"
@@ -225,6 +245,24 @@ scheduler = "slurm"
             ("[slurm]\nnodes = [{ names = \"c1\", pools = [\"cloud-spot\"], gpus = 16 }]\n", "nodes[0].gpus"),
             ("[slurm]\nnodes = [{ names = \"c1\", pools = [\"cloud-spot\"], gpus = 8, tier = \"p9\" }]\n", "p9"),
             ("[slurm]\nnodes = [{ names = \"c1\", pools = [\"cloud-spot\"], gpus = 8 }]\nbogus = 1\n", "bogus"),
+            (
+                "[slurm]\nteam = \"ghost\"\nnodes = [{ names = \"c1\", pools = [\"cloud-spot\"], gpus = 8 }]\n",
+                "team: `ghost`",
+            ),
+            (
+                "[slurm]\nconf = \"/nonexistent/slurm.conf\"\nnodes = [{ names = \"c1\", pools = [\"cloud-spot\"], gpus = 8 }]\n",
+                "conf: /nonexistent",
+            ),
+            (
+                "[slurm]\nnodes = [{ names = \"c1\", pools = [\"cloud-spot\"], gpus = 8 }]\n\
+                 partitions = [{ name = \"a\", tier = \"p1\" }, { name = \"a\", tier = \"p2\" }]\n",
+                "partitions[1].name",
+            ),
+            (
+                "[slurm]\nnodes = [{ names = \"c1\", pools = [\"cloud-spot\"], gpus = 8 }]\n\
+                 partitions = [{ name = \"a\", tier = \"p1\", team = \"nope\" }]\n",
+                "partitions[0].team",
+            ),
             (
                 "[slurm]\nnodes = [{ names = \"c[1-2]\", pools = [\"cloud-spot\"], gpus = 8 }, \
                  { names = \"c2\", pools = [\"cloud-spot\"], gpus = 8 }]\n",

@@ -45,7 +45,8 @@ impl Shared {
         if !unknown.is_empty() {
             let shown = unknown.iter().take(10).copied().collect::<Vec<_>>().join(", ");
             return Err(SlurmError::Bad(format!(
-                "hostlist `{hosts}`: {} not in any [[slurm.nodes]] set: {shown}; nothing was done",
+                "hostlist `{}`: {} not in any [[slurm.nodes]] set: {shown}; nothing was done",
+                hostlist::shown(hosts),
                 if unknown.len() == 1 { "one name is".to_string() } else { format!("{} names are", unknown.len()) }
             )));
         }
@@ -57,7 +58,7 @@ impl Shared {
         let (slurm, names) = self.slurm_names(hosts).inspect_err(|e| eprintln!("spillway: slurm resume: {e}"))?;
         // Without squeue the nodes still come up, of their node sets' tiers.
         let jobs = slurm.client.jobs().unwrap_or_else(|e| {
-            eprintln!("spillway: slurm resume {hosts}: reading the queue: {e}");
+            eprintln!("spillway: slurm resume {}: reading the queue: {e}", hostlist::shown(hosts));
             Vec::new()
         });
         let mut st = self.state();
@@ -94,10 +95,8 @@ impl Shared {
                     eprintln!("spillway: slurm sync: {e}");
                 }
             }
-            Err(e) => {
-                eprintln!("spillway: slurm sync: {e}");
-                st.slurm_unreachable(self.now());
-            }
+            // Nothing is judged on a sync that could not ask Slurm: its nodes keep running.
+            Err(e) => eprintln!("spillway: slurm sync: {e}"),
         }
         self.check_fatal(&st);
         drop(st);

@@ -2,11 +2,12 @@
 //! that asked, a suspend a release, and each sync with Slurm's view of its nodes stands in for agent heartbeats
 //! (a node is alive while its slurmd answers Slurm) and heals what a restart or a lost call left behind: a node
 //! Slurm powered down is released, a node Slurm is powering up with nothing behind it (or with a machine that was
-//! up before, whose suspend was missed) is requested. No I/O: the
+//! up before, whose suspend was missed) is requested, and a node Slurm has up with nothing behind it (a hand-back
+//! that failed) goes back to Slurm again. No I/O: the
 //! daemon runs the commands and hands their results in.
 
 use super::{SlurmJob, SlurmNode, SlurmOptions};
-use crate::state::{ApplyError, State};
+use crate::state::{ApplyError, Effect, State};
 use crate::store::Entry;
 use spillway_core::{Event, NodeId, NodeState, Time};
 use std::collections::BTreeMap;
@@ -83,10 +84,24 @@ impl State {
                 }
                 Some(id) if sn.responding() => {
                     self.seen.insert(id.0, now);
-                    self.awaiting.remove(&id.0);
+                    self.slurm_down_since.remove(&id.0);
                     let requested = self.node_state(id.0) == Some(NodeState::Requested);
                     if requested && self.instances.contains_key(&id.0) {
                         self.observe(now, Entry::Event(Event::NodeReady { node: NodeId(id.0) }))?;
+                    }
+                }
+                // Up, and Slurm says its slurmd does not answer: lost once that has lasted (the machine is fenced
+                // first; then the node goes back to Slurm). A sync that could not ask Slurm says nothing.
+                Some(id) if self.node_state(id.0) != Some(NodeState::Requested) => {
+                    let since = *self.slurm_down_since.entry(id.0).or_insert(now);
+                    if now - since >= self.slurm_liveness_ms {
+                        let silent_s = (now - since) / 1000;
+                        eprintln!(
+                            "spillway: slurm: {name} has not answered Slurm for {silent_s} s; fencing node {}",
+                            id.0
+                        );
+                        self.slurm_down_since.remove(&id.0);
+                        self.fence(now, id.0);
                     }
                 }
                 Some(_) => {}
@@ -97,19 +112,20 @@ impl State {
                     let event = self.request_for(opts, name, jobs);
                     self.try_event(now, event)?.ok();
                 }
+                // Slurm has it up, with no machine behind it here: a hand-back that failed (Slurm was down), or a
+                // node this daemon never had. It goes back to Slurm, so Slurm requeues what it thinks runs there.
+                None if sn.claims_up()
+                    && self.slurm_returned.get(name).is_none_or(|&(t, _)| now - t >= RETURN_QUIET_MS) =>
+                {
+                    eprintln!("spillway: slurm: {name} is up in Slurm with no machine behind it; handing it back");
+                    let why = "no machine behind the node".to_string();
+                    self.slurm_returned.insert(name.clone(), (now, why.clone()));
+                    self.effects.push(Effect::SlurmHandBack { name: name.clone(), reason: why });
+                }
                 None => {}
             }
         }
         Ok(())
-    }
-
-    /// Counts every live node Slurm asked for as seen (Slurm could not be asked: its nodes cannot be judged).
-    pub fn slurm_unreachable(&mut self, now: Time) {
-        let held: Vec<u32> =
-            self.engine.cluster().nodes.iter().filter(|n| n.alive() && n.held.is_some()).map(|n| n.id.0).collect();
-        for id in held {
-            self.seen.insert(id, now);
-        }
     }
 
     /// Applies `event` about Slurm node `name`; returns the engine's refusal (logged) as the inner error.
