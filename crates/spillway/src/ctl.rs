@@ -39,13 +39,17 @@ pub enum CtlCommand {
     Events {
         #[command(flatten)]
         conn: Conn,
-        #[arg(long)]
+        /// Only the events of this job id (at most one of --job, --node, --pool).
+        #[arg(long, value_name = "ID")]
         job: Option<u32>,
-        #[arg(long)]
+        /// Only the events of this node id.
+        #[arg(long, value_name = "ID")]
         node: Option<u32>,
-        #[arg(long)]
+        /// Only the events of this pool (by name).
+        #[arg(long, value_name = "NAME")]
         pool: Option<String>,
-        #[arg(long)]
+        /// Only events of this kind.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(decision_kinds()))]
         kind: Option<String>,
         /// At most this many events, oldest first (the server's pages are followed up to it).
         #[arg(long, default_value_t = 1000)]
@@ -64,27 +68,51 @@ pub enum CtlCommand {
     },
 }
 
+/// Node states `nodes ls` shows without --all.
+const LIVE_NODE_STATES: [&str; 4] = ["requested", "booting", "ready", "draining"];
+
+/// The job states a filter may name.
+fn job_states() -> Vec<&'static str> {
+    spillway_server::views::JOB_STATES.iter().map(|s| spillway_server::views::job_state(*s)).collect()
+}
+
+/// The decision kinds a filter may name.
+fn decision_kinds() -> Vec<&'static str> {
+    spillway_server::views::DECISION_KINDS.iter().map(|k| spillway_server::views::decision_kind(*k)).collect()
+}
+
 #[derive(Subcommand, Debug)]
 pub enum JobsCommand {
     /// List jobs.
     Ls {
-        #[arg(long)]
+        /// Only jobs in this state.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(job_states()))]
         state: Option<String>,
-        #[arg(long)]
+        /// Only jobs of this team (a team token sees only its own).
+        #[arg(long, value_name = "NAME")]
         team: Option<String>,
-        #[arg(long)]
+        /// Only jobs of this tier (p0, p1, p2 unless the config names others).
+        #[arg(long, value_name = "NAME")]
         tier: Option<String>,
         /// At most this many jobs, newest first (the server's pages are followed up to it).
         #[arg(long, default_value_t = 1000)]
         limit: u32,
     },
     /// Show one job.
-    Show { id: u32 },
+    Show {
+        /// The job's id (from `submit` or `jobs ls`).
+        id: u32,
+    },
     /// Cancel a job.
-    Cancel { id: u32 },
+    Cancel {
+        /// The job's id.
+        id: u32,
+    },
     /// Print a job's output; with --follow, keep printing new output until the job ends.
     Logs {
+        /// The job's id.
         id: u32,
+        /// Keep printing new output until the job ends.
         #[arg(short, long)]
         follow: bool,
     },
@@ -92,13 +120,22 @@ pub enum JobsCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum NodesCommand {
-    /// List nodes.
-    Ls,
+    /// List live nodes (requested, booting, ready, draining); --all for those that ended too.
+    Ls {
+        /// Also the nodes that ended (terminated, failed, lost).
+        #[arg(long)]
+        all: bool,
+    },
     /// Interrupt a node (as a spot reclaim would): its jobs are requeued and it is drained.
-    Interrupt { id: u32 },
+    Interrupt {
+        /// The node's id (from `nodes ls`).
+        id: u32,
+    },
     /// Protect a node from scale-in (or lift the protection with --off).
     Protect {
+        /// The node's id.
         id: u32,
+        /// Lift the protection instead.
         #[arg(long)]
         off: bool,
     },
@@ -299,8 +336,12 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
         CtlCommand::Nodes { conn, command } => {
             let client = connect(&conn)?;
             let (path, body) = match command {
-                NodesCommand::Ls => {
-                    return show(client.get_json("/v1/nodes", &[])?, conn.output, |n: Vec<NodeView>| nodes_table(&n));
+                NodesCommand::Ls { all } => {
+                    let mut v: Value = client.get_json("/v1/nodes", &[])?;
+                    if let (false, Some(list)) = (all, v.as_array_mut()) {
+                        list.retain(|n| LIVE_NODE_STATES.contains(&n["state"].as_str().unwrap_or_default()));
+                    }
+                    return show(v, conn.output, |n: Vec<NodeView>| nodes_table(&n));
                 }
                 NodesCommand::Interrupt { id } => (format!("/v1/nodes/{id}/interrupt"), None),
                 NodesCommand::Protect { id, off } => {

@@ -47,6 +47,11 @@ enum Command {
     Agent(daemon_cmd::AgentArgs),
     /// Forecast a demand series: fit on all but its last week, score that week against seasonal-naive.
     Forecast(forecast::Args),
+    /// Print a shell completion script: `source <(spillway completions bash)`, or save it where your shell looks.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Slurm's power-saving programs: `slurm resume HOSTLIST`, `slurm suspend HOSTLIST` (see docs/slurm.md).
     Slurm {
         #[command(subcommand)]
@@ -98,6 +103,17 @@ fn run() -> Result<()> {
         Command::Agent(args) => daemon_cmd::agent(args),
         Command::Ctl(cmd) => ctl::run(cmd),
         Command::Slurm { command } => slurm_cmd::run(command),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            use std::io::Write;
+            // Into a buffer first: the generator panics on a write error (a closed pipe), this does not.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "spillway", &mut script);
+            match std::io::stdout().write_all(&script) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(()),
+            }
+        }
         Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
         Command::Trace { command: TraceCommand::Convert { file, format, out } } => {
             let format: spillway_sim::trace::TraceFormat = format.parse().map_err(anyhow::Error::msg)?;

@@ -31,7 +31,7 @@ fn example(name: &str) -> String {
 
 #[test]
 fn config_check_accepts_the_examples() {
-    for name in ["hybrid.toml", "alibaba-16gpu.toml"] {
+    for name in ["hybrid.toml", "alibaba-16gpu.toml", "slurm.toml"] {
         let out = spillway(&["config", "check", &example(name)]);
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
         assert!(text(&out.stdout).contains("ok"), "{name}: {}", text(&out.stdout));
@@ -138,4 +138,29 @@ fn simulate_ends_when_a_job_can_never_start() {
     let status = ended.expect("spillway simulate was still running after 1.5 s on a one-job trace");
     // Ending with a report or with an error naming the job is fine; dying of a signal (out of memory) is not.
     assert!(status.code().is_some(), "spillway simulate died: {status}");
+}
+
+#[test]
+fn bad_filter_values_exit_2_and_list_the_allowed_ones() {
+    for (args, allowed) in [
+        (&["jobs", "ls", "--state", "bogus"][..], "queued, running, succeeded, failed, cancelled"),
+        (&["events", "--kind", "bogus"][..], "scale_out_blocked"),
+        (&["completions", "tcsh"][..], "bash"),
+    ] {
+        let out = spillway(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(text(&out.stderr).contains(allowed), "{args:?}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn completions_cover_every_command() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = spillway(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        for cmd in ["submit", "nodes", "slurm", "simulate", "completions"] {
+            assert!(script.contains(cmd), "{shell} completion lacks {cmd}");
+        }
+    }
 }
