@@ -58,6 +58,9 @@ pub struct UpArgs {
     /// With --demo: stop the daemon once the demo is over (jobs done, cloud pools back to zero).
     #[arg(long)]
     exit_after_demo: bool,
+    /// Do not print the decisions as they are made (without --demo, `up` streams them to the terminal).
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(clap::Args)]
@@ -115,7 +118,7 @@ pub fn server(a: ServerArgs) -> Result<()> {
 
 /// `spillway up`: the daemon on embedded defaults, with how to use it; `--demo` drives a demo against it.
 pub fn up(a: UpArgs) -> Result<()> {
-    let (demo, exit_after) = (a.demo, a.exit_after_demo);
+    let (demo, exit_after, quiet) = (a.demo, a.exit_after_demo, a.quiet);
     let data_dir = a.server.data_dir.clone();
     run_daemon(a.server, move |s, stop| {
         let dir = data_dir.display();
@@ -124,6 +127,11 @@ pub fn up(a: UpArgs) -> Result<()> {
         println!("  submit a job:  spillway submit --tier p1 --gpus 1 -- python3 -c 'print(\"hello\")'");
         println!("  watch:         spillway jobs ls; spillway nodes ls; spillway events; spillway cost");
         println!("  stop:          Ctrl-C (terminates the nodes)");
+        if !demo && !quiet {
+            println!("decisions as they are made (--quiet: none):");
+            let (url, token) = (s.url.clone(), s.admin_token.clone());
+            std::thread::spawn(move || crate::demo::stream(&url, &token));
+        }
         if demo {
             let (url, token, dir) = (s.url.clone(), s.admin_token.clone(), data_dir.clone());
             std::thread::spawn(move || {

@@ -41,6 +41,29 @@ impl Api {
     }
 }
 
+/// Prints the daemon's decisions as they are made (all but the pending notes, which repeat), one line each with
+/// its UTC time, until the daemon stops answering: what `spillway up` shows in its terminal.
+pub fn stream(url: &str, token: &str) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let api = Api { url: url.into(), token: token.into(), agent };
+    let mut seen = 0u64;
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let Ok(events) = api.get::<Vec<EventView>>(&format!("/v1/events?limit=1000&cursor={seen}")) else { return };
+        for e in events.iter().filter(|e| e.seq >= seen) {
+            if e.kind != "job_pending" {
+                let at = crate::ctl::fmt_time(e.at);
+                println!("{at} UTC  {:<17} {:<10} {:<20} {}", e.kind, e.subject, e.reason, e.detail);
+            }
+        }
+        seen = events.iter().map(|e| e.seq + 1).max().unwrap_or(seen).max(seen);
+    }
+}
+
 /// One kind of demo job: (tier, team, GPUs, workers, steps, how many).
 const MIX: [(&str, &str, u32, u32, u32, usize); 4] = [
     ("p0", "research", 4, 1, 40, 2),
