@@ -181,10 +181,13 @@ pub struct SubmitArgs {
     /// A TOML job file with the fields of JobSubmit (name, tier, team, gpus, workers, argv, env, ...).
     #[arg(long)]
     file: Option<PathBuf>,
+    /// The job's name (shown in tables and events).
     #[arg(long)]
     name: Option<String>,
+    /// Its tier: p0 (never waits, never on spot), p1 (spot with fallback), p2 (spot only), or the config's own.
     #[arg(long)]
     tier: Option<String>,
+    /// Its team (an admin token only; a team token submits for its own team).
     #[arg(long)]
     team: Option<String>,
     /// GPUs per worker.
@@ -196,8 +199,10 @@ pub struct SubmitArgs {
     /// An environment variable of the job (repeatable).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
+    /// Directory the job starts in (default: its own job directory).
     #[arg(long)]
     workdir: Option<String>,
+    /// A GPU model the job needs (matched against the instance types' gpu_model), default: any.
     #[arg(long)]
     gpu_model: Option<String>,
     /// Whether it may run on spot and be preempted (default: the tier's).
@@ -212,6 +217,13 @@ pub struct SubmitArgs {
     /// How long the job runs without interruption, seconds (for deadline-aware placement).
     #[arg(long, value_parser = positive_secs)]
     expected_duration_s: Option<f64>,
+    /// Wait until the job ends and exit with its status: 0 when it succeeded, its exit code when it failed (128 +
+    /// the signal when one killed it), 1 when it was cancelled.
+    #[arg(long)]
+    wait: bool,
+    /// Print the job's output as it comes until the job ends (implies --wait).
+    #[arg(long)]
+    follow: bool,
     /// The command, after `--`: program and arguments (overrides the file's argv).
     #[arg(last = true, value_name = "ARGV")]
     argv: Vec<String>,
@@ -310,7 +322,15 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
             let submit = build_submit(&args, file)?;
             let client = connect(&args.conn)?;
             let v: Value = client.post_json("/v1/jobs", Some(&submit))?;
-            show(v, args.conn.output, |j: JobView| format!("submitted job {} ({}, team {})\n", j.id, j.tier, j.team))
+            let id = v["id"].as_u64().unwrap_or_default() as u32;
+            show(v, args.conn.output, |j: JobView| format!("submitted job {} ({}, team {})\n", j.id, j.tier, j.team))?;
+            if args.follow {
+                logs(&client, id, true)?;
+            }
+            if args.wait || args.follow {
+                return wait_for_job(&client, id);
+            }
+            Ok(())
         }
         CtlCommand::Jobs { conn, command } => {
             let client = connect(&conn)?;
@@ -395,6 +415,32 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
             ]);
             show(client.get_json("/v1/cost", &q)?, conn.output, |c: CostView| cost_table(&c))
         }
+    }
+}
+
+/// Polls job `id` until it ends; prints how, and fails with the job's status as the exit code (see `--wait`).
+fn wait_for_job(client: &Client, id: u32) -> Result<()> {
+    loop {
+        let job: JobView = client.get_json(&format!("/v1/jobs/{id}"), &[])?;
+        let code: u8 = match (job.state.as_str(), job.exit_code, job.exit_signal) {
+            ("succeeded", ..) => {
+                eprintln!("job {id} succeeded");
+                return Ok(());
+            }
+            ("failed", Some(c), _) => c.clamp(1, 255) as u8,
+            ("failed", None, Some(sig)) => (128 + sig).clamp(1, 255) as u8,
+            ("failed", None, None) | ("cancelled", ..) => 1,
+            _ => {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                continue;
+            }
+        };
+        let how = match (job.exit_code, job.exit_signal) {
+            (Some(c), _) => format!(" with exit code {c}"),
+            (None, Some(s)) => format!(" by signal {s}"),
+            _ => String::new(),
+        };
+        return Err(crate::client::CliError::new(code, format!("job {id} {}{how}", job.state)).into());
     }
 }
 

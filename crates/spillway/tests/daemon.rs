@@ -273,6 +273,23 @@ fn a_job_that_fails_tells_how_in_its_view_the_cli_and_the_event_log() {
         .expect("runs spillway");
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(shown.contains("exit:          exit code 3"), "{shown}{}", String::from_utf8_lossy(&out.stderr));
+    // `submit --wait` exits with the job's status; `--follow` prints its output on the way.
+    let url = format!("http://127.0.0.1:{}", d.port);
+    let run = |flag: &str, argv: &[&str]| {
+        let mut args = vec!["submit", flag, "--tier", "p0", "--team", "research", "--server", &url];
+        let admin = d.admin();
+        args.extend_from_slice(&["--token", &admin, "--"]);
+        args.extend_from_slice(argv);
+        Command::new(env!("CARGO_BIN_EXE_spillway")).args(&args).output().expect("runs spillway")
+    };
+    let out = run("--wait", &["sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("failed with exit code 3"));
+    let out = run("--wait", &["sh", "-c", "kill -9 $$"]);
+    assert_eq!(out.status.code(), Some(137));
+    let out = run("--follow", &["sh", "-c", "echo from-the-job"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("from-the-job"));
 }
 
 #[test]
