@@ -3,6 +3,7 @@
 
 mod finite;
 mod locate;
+mod secs;
 mod validate;
 
 use serde::Deserialize;
@@ -45,12 +46,17 @@ impl Market {
 pub struct TierSpec {
     pub priority: Option<u32>,
     pub markets: Option<Vec<Market>>,
+    #[serde(default, deserialize_with = "secs::de_opt")]
     pub queue_wait_slo_s: Option<f64>,
     pub interruptible: Option<bool>,
     pub preemptible: Option<bool>,
+    #[serde(default, deserialize_with = "secs::de_opt")]
     pub checkpoint_interval_s: Option<f64>,
+    #[serde(default, deserialize_with = "secs::de_opt")]
     pub burst_after_s: Option<f64>,
+    #[serde(default, deserialize_with = "secs::de_opt")]
     pub spot_fallback_after_s: Option<f64>,
+    #[serde(default, deserialize_with = "secs::de_opt")]
     pub checkpoint_time_s: Option<f64>,
     pub max_spot_interruptions: Option<u32>,
 }
@@ -173,14 +179,14 @@ pub struct Pool {
     #[serde(default)]
     pub max_nodes: u32,
     /// Expected seconds from launch to a usable node (the simulator's median).
-    #[serde(default = "default_boot_s")]
+    #[serde(default = "default_boot_s", deserialize_with = "secs::de")]
     pub boot_latency_s: f64,
     /// Seconds a node stays idle before it is removed.
-    #[serde(default = "default_idle_s")]
+    #[serde(default = "default_idle_s", deserialize_with = "secs::de")]
     pub idle_timeout_s: f64,
-    #[serde(default = "default_out_cooldown_s")]
+    #[serde(default = "default_out_cooldown_s", deserialize_with = "secs::de")]
     pub scale_out_cooldown_s: f64,
-    #[serde(default = "default_in_cooldown_s")]
+    #[serde(default = "default_in_cooldown_s", deserialize_with = "secs::de")]
     pub scale_in_cooldown_s: f64,
     /// Largest scale-out per action as a fraction of the pool's current nodes.
     #[serde(default = "half")]
@@ -201,7 +207,7 @@ pub struct Pool {
     #[serde(default = "default_jitter")]
     pub boot_jitter: f64,
     /// Spot pools: seconds between an interruption notice and the reclaim (AWS 120, GCP and Azure 30).
-    #[serde(default = "default_notice_s")]
+    #[serde(default = "default_notice_s", deserialize_with = "secs::de")]
     pub interruption_notice_s: f64,
     /// Simulator: Poisson interruptions per node-hour of each spot node (0: none unless a trace drives them).
     #[serde(default)]
@@ -211,7 +217,7 @@ pub struct Pool {
     #[serde(default)]
     pub target_gpu_utilization: Option<f64>,
     /// Seconds after a node is ready before its utilization counts for target tracking.
-    #[serde(default = "default_warmup_s")]
+    #[serde(default = "default_warmup_s", deserialize_with = "secs::de")]
     pub utilization_warmup_s: f64,
     /// Step scaling on the pool's average GPU utilization: bands held for a period add or remove nodes.
     #[serde(default)]
@@ -259,9 +265,9 @@ pub enum PredictiveMode {
 pub struct PredictiveConfig {
     #[serde(default)]
     pub mode: PredictiveMode,
-    #[serde(default = "default_buffer_s")]
+    #[serde(default = "default_buffer_s", deserialize_with = "secs::de")]
     pub buffer_s: f64,
-    #[serde(default = "default_bucket_s")]
+    #[serde(default = "default_bucket_s", deserialize_with = "secs::de")]
     pub bucket_s: f64,
 }
 
@@ -272,7 +278,7 @@ pub struct PredictiveConfig {
 pub struct StepBandConfig {
     pub above: Option<f64>,
     pub below: Option<f64>,
-    #[serde(default = "default_hold_s")]
+    #[serde(default = "default_hold_s", deserialize_with = "secs::de")]
     pub hold_s: f64,
     pub adjust_nodes: i32,
 }
@@ -288,6 +294,7 @@ pub struct Schedule {
     #[serde(default = "utc")]
     pub timezone: String,
     /// How long the window stays open.
+    #[serde(deserialize_with = "secs::de")]
     pub duration_s: f64,
     /// The pool keeps at least this many nodes in the window.
     #[serde(default)]
@@ -326,7 +333,7 @@ pub struct Policy {
     #[serde(default = "one")]
     pub max_offering_share: f64,
     /// Extra seconds of slack a deadline job keeps before it moves to on-demand.
-    #[serde(default = "default_deadline_margin_s")]
+    #[serde(default = "default_deadline_margin_s", deserialize_with = "secs::de")]
     pub deadline_margin_s: f64,
     /// How deadline jobs use spot: `safe` follows uniform progress (on-demand only while behind the line from
     /// submission to deadline) and leaves spot for good with room for one more interruption plus a margin;
