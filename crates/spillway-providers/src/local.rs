@@ -205,8 +205,11 @@ impl LocalProvider {
         let delay = spec.boot_delay_s.clamp(1.0, 3600.0);
         // Its own PID namespace too, as a machine of its own: slurmstepd leaves slurmd's session, but not the
         // namespace, so ending the node ends its jobs with it.
+        // A shell is the namespace's init: slurmd runs under it, and the shell reaps the job steps that slurmd
+        // orphans there (slurmd as init would leave them zombies).
         let script = "sleep \"$0\"; up=$(cut -d. -f1 /proc/uptime); \
-            exec unshare --time --boottime \"-$up\" --pid --fork --kill-child --mount-proc \"$@\"";
+            exec unshare --time --boottime \"-$up\" --pid --fork --kill-child --mount-proc \
+            /bin/sh -c '\"$@\"; exit $?' node \"$@\"";
         let mut cmd = Command::new("/bin/sh");
         // Nothing of the daemon's environment (a token in SPILLWAY_TOKEN, say) reaches slurmd or its jobs.
         cmd.env_clear().env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");

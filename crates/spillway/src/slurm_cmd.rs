@@ -84,11 +84,12 @@ fn send(verb: &str, req: &Request) -> anyhow::Result<spillway_api::SlurmReply> {
 fn read_token(path: &Path) -> Result<String, String> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
-    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let meta = f.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() {
+    // The type first: opening a FIFO would block.
+    if !std::fs::metadata(path).map_err(|e| e.to_string())?.is_file() {
         return Err("not a regular file".into());
     }
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
     if meta.permissions().mode() & 0o077 != 0 {
         return Err(format!(
             "mode {:o} lets others read the admin token; chmod 600 it",
@@ -98,7 +99,7 @@ fn read_token(path: &Path) -> Result<String, String> {
     let mut text = String::new();
     f.take(4096).read_to_string(&mut text).map_err(|e| e.to_string())?;
     let token = text.trim();
-    if token.is_empty() || token.contains(char::is_whitespace) {
+    if token.is_empty() || !token.chars().all(|c| c.is_ascii_graphic()) {
         return Err("must hold one token on one line".into());
     }
     Ok(token.to_string())

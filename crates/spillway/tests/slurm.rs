@@ -156,6 +156,19 @@ fn cloud_slurmds(base: &Path) -> Vec<String> {
     out
 }
 
+/// Returns how many zombie processes named `comm` there are.
+fn zombies(comm: &str) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let named = stat.split_once('(').and_then(|(_, r)| r.rsplit_once(')')).is_some_and(|(c, _)| c == comm);
+        if named && stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z')) {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Pids of live processes named `comm`.
 fn named(comm: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -273,6 +286,8 @@ fn a_slurm_burst_survives_an_interruption_restarts_and_lost_calls() {
     d.kill9();
     d.start();
     wait("the job completes", 120, &d, &s, || s.job(job).0 == "COMPLETED");
+    // Its finished job steps are reaped on the nodes it ran on (a node's init reaps what slurmd orphans).
+    wait("no zombie job step is left", 20, &d, &s, || zombies("slurmstepd") == 0);
     let runs = std::fs::read_to_string(base.join(format!("runs-{job}"))).unwrap();
     let lines: Vec<&str> = runs.lines().collect();
     assert_eq!(lines.len(), 2, "{runs}");

@@ -119,12 +119,15 @@ impl SlurmOptions {
         if !team(&self.team) {
             return Err(format!("team: `{}` is not a [[teams]] of this config", self.team));
         }
-        for (key, path) in [("conf", &self.conf), ("bin_dir", &self.bin_dir)] {
-            if let Some(p) = path
-                && !p.exists()
-            {
-                return Err(format!("{key}: {} does not exist", p.display()));
-            }
+        if let Some(p) = &self.conf
+            && !p.is_file()
+        {
+            return Err(format!("conf: {} does not exist or is not a file", p.display()));
+        }
+        if let Some(p) = &self.bin_dir
+            && !p.is_dir()
+        {
+            return Err(format!("bin_dir: {} does not exist or is not a directory", p.display()));
         }
         let mut seen = BTreeMap::new();
         for (i, set) in self.nodes.iter().enumerate() {
