@@ -12,6 +12,7 @@
 //!   `POST /v1/pools/{name}/protect` [`Protect`] -> [`PoolView`].
 //! - `GET /v1/events?job=&node=&pool=&kind=&limit=&cursor=` -> `[EventView]`, oldest first;
 //!   `GET /v1/cost?since=&until=` -> [`CostView`].
+//!   `GET /v1/budgets` -> `[BudgetView]`.
 //! - `POST /v1/agent/heartbeat` [`Heartbeat`] -> [`HeartbeatReply`] (node token only).
 //! - `GET /v1/openapi.json`, `GET /healthz`, `GET /readyz`, `GET /metrics` (no token).
 //! - Lists page: `limit` (default 100, at most 1000) and `cursor`; a page that is not the last carries
@@ -273,6 +274,35 @@ pub struct JobView {
     pub exit_code: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_signal: Option<i32>,
+    /// Every attempt so far, in order.
+    #[serde(default)]
+    pub attempts: Vec<AttemptView>,
+    /// What its GPUs have cost so far: each attempt's share of its nodes' price (its GPUs over theirs).
+    #[serde(default)]
+    pub cost_usd: f64,
+}
+
+/// One attempt of a job: where and when it ran, and how it ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AttemptView {
+    /// 1 for the first start.
+    pub attempt: u32,
+    /// Its nodes, one entry per node (a node holding several workers appears once).
+    pub nodes: Vec<u32>,
+    pub started_at: f64,
+    /// Absent while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<f64>,
+    /// Why it ended: `succeeded`, `failed`, or why the engine stopped it (`preempted for job 7`, `cancelled`,
+    /// `its node was lost`, `spot interruption, checkpointed`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_signal: Option<i32>,
+    /// Its GPUs' share of its nodes' price over its run.
+    pub cost_usd: f64,
 }
 
 /// A node as the API shows it.
@@ -409,6 +439,42 @@ pub struct CostView {
     /// Node-hours paid for, by market.
     #[serde(default)]
     pub node_hours_by_market: BTreeMap<String, f64>,
+}
+
+/// A team budget's standing now (`GET /v1/budgets`): what the team spent in the current UTC day or month.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BudgetView {
+    pub team: String,
+    /// `day` or `month`.
+    pub period: String,
+    /// Seconds since the epoch.
+    pub period_start: f64,
+    pub limit_usd: f64,
+    pub spent_usd: f64,
+    /// The budget's hard cap is set; `capping`: it holds now (nothing is bought for the team's work).
+    pub hard_cap: bool,
+    pub capping: bool,
+}
+
+/// Why a job waits, ran where it ran or ended, or why a pool has its size and what would change it
+/// (`GET /v1/explain/job/{id}`, `GET /v1/explain/pool/{name}`): reasons, most decisive first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExplainView {
+    /// `job:17` or `pool:spot`.
+    pub subject: String,
+    pub reasons: Vec<ReasonView>,
+}
+
+/// One reason: a stable code (`at_max`, `cooldown`, `budget_cap`, `tier_slo`, ...), the pool it is about, until when
+/// it holds (seconds since the epoch), and a sentence.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReasonView {
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<f64>,
+    pub text: String,
 }
 
 /// The body of every error response.

@@ -3,7 +3,7 @@
 
 use crate::config::{Config, Market};
 use crate::ledger::Ledger;
-use crate::model::{Job, JobId, Node, NodeId, NodeState};
+use crate::model::{Job, JobId, JobState, Node, NodeId, NodeState};
 use crate::time::Time;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -205,6 +205,43 @@ impl Cluster {
         self.ledger.book_node(pool, market, price, gpus, billed);
         if let Some(h) = &n.held {
             self.ledger.book_job(h.team, h.tier, gpus, gpus, price, billed);
+        }
+    }
+
+    /// Returns the books as they would close at `now`: what is booked, plus what every live node and running job
+    /// has accrued since it started, exactly as [`crate::Engine::finish`] would book it. Changes nothing.
+    pub fn books_at(&self, now: Time) -> Ledger {
+        let mut l = self.ledger.clone();
+        self.accrue(&mut l, |since| now - since);
+        l
+    }
+
+    /// Returns what one hour of the present costs: every live node and running job booked for an hour on empty
+    /// books. Between two changes of the cluster, cost grows by exactly this rate.
+    pub fn hourly_books(&self) -> Ledger {
+        let mut l = Ledger::new(self.ledger.by_pool.len(), self.ledger.by_tier.len());
+        self.accrue(&mut l, |_| crate::time::HOUR_MS);
+        l
+    }
+
+    /// Books into `l` each live node for `span(requested_at)` and each running job's share of it for
+    /// `span(attempt_start)`: the bookings that are still open.
+    fn accrue(&self, l: &mut Ledger, span: impl Fn(Time) -> Time) {
+        // One entry per team, booked or not, so two books line up key by key.
+        l.by_team.resize(self.teams.len().max(l.by_team.len()), 0.0);
+        for n in self.nodes.iter().filter(|n| n.alive()) {
+            let (price, gpus) = (n.price_usd_per_hour, n.gpus);
+            l.book_node(n.pool, n.market, price, gpus, span(n.requested_at));
+            if let Some(h) = &n.held {
+                l.book_job(h.team, h.tier, gpus, gpus, price, span(n.requested_at));
+            }
+            for &job in &n.jobs {
+                let j = &self.jobs[job.0 as usize];
+                let Some(start) = j.attempt_start.filter(|_| j.state == JobState::Running) else { continue };
+                for &(_, used) in j.placement.iter().filter(|(at, _)| *at == n.id) {
+                    l.book_job(j.team, j.tier, used, gpus, price, span(start));
+                }
+            }
         }
     }
 

@@ -338,6 +338,13 @@ impl Engine {
             Event::SpotPrice { instance_type, usd_per_hour } => self.spot_price(&instance_type, usd_per_hour)?,
             Event::LaunchFailed { node, error } => self.launch_failed(node, error)?,
             Event::NodeLost { node } => self.node_lost(node)?,
+            Event::NodeStopped { node } => {
+                self.node_lost(node)?;
+                // No pass now: the daemon is stopping. It asks for one at once, which the restarted daemon's first
+                // tick makes (so the requeued jobs do not wait for an unrelated input).
+                self.next_wake = Some(self.now);
+                return Ok(());
+            }
             Event::JobExited { job, attempt, success, exit } => {
                 if !self.is_current_attempt(job, attempt)? {
                     return Ok(());
@@ -379,6 +386,7 @@ impl Engine {
                     self.fresh_samples[self.c.nodes[node.0 as usize].pool] = true;
                 }
             }
+            Event::PoolMetric { pool, samples, error } => self.pool_metric(pool, samples, error)?,
             Event::SetNodeProtection { node, protected } => {
                 if self.node(node)?.protected == protected {
                     // Nothing changes: nothing to record.
@@ -483,6 +491,10 @@ impl Engine {
     fn advance(&mut self, now: Time) {
         // Time never runs backwards inside the engine, whatever the shell hands in.
         self.now = self.now.max(now);
+        if !self.cfg.budgets.is_empty() {
+            // Before the event changes the books: a period that began since the last event opens on them.
+            self.roll_budgets(self.now);
+        }
     }
 
     /// Returns whether `attempt` is the running attempt of `job` (a stale report about an attempt already
@@ -500,6 +512,7 @@ impl Engine {
         let now = self.now;
         self.schedules.iter_mut().for_each(|w| w.refresh(now));
         let mut wake = WakeAt::default();
+        self.track_budgets();
         self.track_targets(&mut wake);
         let mut blocked = self.schedule(&mut wake);
         // Jobs moved back to spot need spot capacity now, like any blocked job; jobs that want to move get spot
@@ -524,6 +537,7 @@ impl Engine {
             wake.at(self.now);
         }
         self.observe_demand();
+        self.budget_wakes(&mut wake);
         self.next_wake = wake.0;
     }
 

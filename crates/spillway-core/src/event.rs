@@ -32,6 +32,9 @@ pub enum Event {
     RebalanceRecommendation { node: NodeId },
     /// A node vanished without notice (heartbeat gone); its jobs must be requeued.
     NodeLost { node: NodeId },
+    /// The daemon terminated this node as it stopped: it ends now (its billing stops) and its jobs are requeued,
+    /// and nothing is decided until the next input, so no replacement is bought while the daemon is down.
+    NodeStopped { node: NodeId },
     /// A job's attempt exited on its own; `success` is its exit status, `exit` how its process ended when known
     /// (a gang's first failed rank, else rank 0).
     JobExited {
@@ -49,6 +52,16 @@ pub enum Event {
     CheckpointDone { job: JobId, attempt: u32 },
     /// A node reported its GPU utilization (0-1), for metric-driven scaling.
     MetricSample { node: NodeId, gpu_utilization: f64 },
+    /// What a pool's utilization query (`utilization_query`, PromQL) answered: a share (0-1) for each ready node
+    /// of the pool it named, or `error`, why there is no answer (the query failed or timed out, or its values
+    /// were unusable). Nodes it does not name have no sample. A pool whose signal is missing (an error, or a warm
+    /// ready node without a sample) holds its size until the signal is back: no evidence never scales in.
+    PoolMetric {
+        pool: usize,
+        samples: Vec<(NodeId, f64)>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// A user protected (or unprotected) a node from scale-in.
     SetNodeProtection { node: NodeId, protected: bool },
     /// A user cancelled a job.
@@ -158,8 +171,42 @@ pub enum Action {
     /// Hand node `name` back to the scheduler that asked for it now (so it requeues what it runs there); the
     /// node itself goes when the scheduler releases it, or when the cloud takes it.
     ReturnNode { name: String, why: ReturnWhy },
+    /// A team's spend crossed a share of its budget (the daemon posts it to the alert webhook).
+    BudgetAlert(BudgetAlert),
     /// A decision to record (event log, API, metrics).
     Record(Decision),
+}
+
+/// A crossed share of a team's budget.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetAlert {
+    pub team: String,
+    pub period: crate::config::Period,
+    /// The share of the budget crossed (0.8: 80%).
+    pub share: f64,
+    pub spent_usd: f64,
+    pub limit_usd: f64,
+    /// The budget's hard cap now holds: no cloud capacity is bought for the team's work.
+    pub capping: bool,
+}
+
+impl BudgetAlert {
+    /// Returns the alert in words, one line (the decision's detail and the webhook's `text`).
+    pub fn describe(&self) -> String {
+        let cap = if self.capping {
+            "; hard cap: no cloud capacity is bought for its work until the period ends"
+        } else {
+            ""
+        };
+        format!(
+            "team {} spent {:.2} USD of its {} budget of {:.2} USD ({}%){cap}",
+            self.team,
+            self.spent_usd,
+            self.period.as_str(),
+            self.limit_usd,
+            (self.share * 100.0).round()
+        )
+    }
 }
 
 /// What kind of decision a [`Decision`] records.
@@ -180,6 +227,8 @@ pub enum DecisionKind {
     Fallback,
     /// An operator changed a pool's bounds or protection, or a node's protection.
     Admin,
+    /// A team's spend crossed a share of its budget (`budget_alert`), or spent it under a hard cap (`budget_cap`).
+    Budget,
 }
 
 /// One decision with its time and machine-readable reason, e.g. `scale_out` of pool `spot` because

@@ -95,6 +95,9 @@ impl Engine {
 
     /// Returns the cheapest (pool, instance type, price) that `hold`'s tier may use now.
     fn best_held_offering(&self, hold: &Hold) -> Option<(usize, usize, f64)> {
+        if self.team_capped(hold.team) {
+            return None;
+        }
         let markets = &self.cfg.tiers[hold.tier].markets;
         let quota = crate::quota::quota_left(self);
         let want = Want::Node { gpus: hold.gpus, model: hold.model.as_deref() };
@@ -121,6 +124,10 @@ impl Engine {
         let tier = &self.cfg.tiers[hold.tier];
         if hold.tries >= MAX_TRIES {
             return format!("{} launches failed", hold.tries);
+        }
+        if self.team_capped(hold.team) {
+            let team = &self.c.teams[hold.team].name;
+            return format!("team {team} has spent a budget with a hard cap; nothing is bought for it");
         }
         let quota = crate::quota::quota_left(self);
         let mut parts = Vec::new();
@@ -189,5 +196,6 @@ fn say(why: crate::NotGrown, now: crate::Time, gpus: u32) -> String {
         Quota => "the account quota is used up".into(),
         OfferingShare => "every fitting type has its share of the pool".into(),
         AtMax { max_nodes, .. } => format!("at its max of {max_nodes} nodes"),
+        BudgetCap => "the team has spent a budget with a hard cap".into(),
     }
 }

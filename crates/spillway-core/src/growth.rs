@@ -23,6 +23,8 @@ pub enum NotGrown {
     NoFittingType,
     /// The account's quota (`[[quotas]]`, vCPUs) leaves no room for a type that would hold the job.
     Quota,
+    /// The job's team has spent a budget with a hard cap (`[[budgets]]`): nothing is bought for its work.
+    BudgetCap,
 }
 
 impl NotGrown {
@@ -36,6 +38,7 @@ impl NotGrown {
             NotGrown::OfferingShare => "offering_share",
             NotGrown::NoFittingType => "no_fitting_type",
             NotGrown::Quota => "quota",
+            NotGrown::BudgetCap => "budget_cap",
         }
     }
 
@@ -53,6 +56,7 @@ impl NotGrown {
             NotGrown::OfferingShare => "its fitting instance types are at their share of the pool".into(),
             NotGrown::NoFittingType => "no instance type of the pool holds a worker".into(),
             NotGrown::Quota => "its fitting instance types are at the account's vCPU quota".into(),
+            NotGrown::BudgetCap => "buys nothing for this team: it has spent a budget with a hard cap".into(),
         }
     }
 }

@@ -5,10 +5,12 @@
 mod access;
 mod at_risk;
 pub mod autoscale;
+mod budget;
 pub mod cluster;
 pub mod config;
 pub mod engine;
 pub mod event;
+pub mod explain;
 mod external;
 pub mod growth;
 mod invariants;
@@ -29,9 +31,10 @@ mod state;
 pub mod time;
 mod window;
 
+pub use budget::BudgetStatus;
 pub use config::{Config, ConfigError, GangRoom, Market};
 pub use engine::{EventError, SubmitError, check_spec};
-pub use event::{Action, Decision, DecisionKind, Event, LaunchError, ReturnWhy, StopReason};
+pub use event::{Action, BudgetAlert, Decision, DecisionKind, Event, LaunchError, ReturnWhy, StopReason};
 pub use growth::{NotGrown, PoolChange, WhatIf};
 pub use model::{Exit, Hold, Job, JobId, JobSpec, JobState, Node, NodeId, NodeState, PendingReason};
 pub use state::Engine;

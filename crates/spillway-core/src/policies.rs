@@ -6,9 +6,12 @@
 use crate::autoscale::Proposal;
 use crate::autoscale::forecast::{fit, steps_per_day};
 use crate::config::{Pool, PredictiveMode};
+use crate::engine::EventError;
 use crate::event::DecisionKind;
+use crate::model::NodeId;
 use crate::state::{Engine, WakeAt};
 use crate::time::secs;
+use std::collections::BTreeMap;
 
 impl Engine {
     /// Updates each metric-driven pool's wanted nodes from its nodes' GPU utilization: target tracking (AWS's
@@ -34,7 +37,9 @@ impl Engine {
                 })
                 .collect();
             let mut proposals = Vec::new();
-            if let Some(target) = pool.target_gpu_utilization {
+            // Without a signal the utilization policies have nothing to say; the pool holds (below).
+            let lost = self.signal_lost[p].is_some();
+            if let Some(target) = pool.target_gpu_utilization.filter(|_| !lost) {
                 // A node's sample counts once it is warm, and no scale-in while one warms up: look again then.
                 let warmup = secs(pool.utilization_warmup_s);
                 for s in samples.iter().filter(|s| s.launched_at + warmup > self.now) {
@@ -56,7 +61,7 @@ impl Engine {
             // Step scaling looks at each batch of samples once, and what it proposed stands until the next.
             if std::mem::take(&mut self.fresh_samples[p]) {
                 self.step_proposals[p] = match (self.steps[p].as_mut(), mean) {
-                    (Some((policy, state)), Some(mean)) => {
+                    (Some((policy, state)), Some(mean)) if !lost => {
                         let outcome = state.observe(policy, self.now, mean, last);
                         (outcome != StepOutcome::Quiet).then(|| policy.propose(alive, outcome))
                     }
@@ -67,17 +72,61 @@ impl Engine {
             let (max, name) = (pool.max_nodes, pool.name.clone());
             proposals.extend(self.predict(p, wake));
             let decision = crate::autoscale::combine(&proposals, alive);
-            let want = if proposals.is_empty() { 0 } else { decision.desired_nodes.min(max) };
+            let mut want = if proposals.is_empty() { 0 } else { decision.desired_nodes.min(max) };
+            let (mut code, mut detail) = (decision.code.as_str(), decision.detail);
+            if let Some(why) = &self.signal_lost[p]
+                && want < alive.min(max)
+            {
+                want = alive.min(max);
+                code = "metric_lost";
+                detail = format!("holding {want} node(s) until the utilization signal is back: {why}");
+            }
             if want != self.c.pools[p].policy_min {
                 self.c.pools[p].policy_min = want;
-                self.record(
-                    DecisionKind::NodeKept,
-                    || format!("pool:{name}"),
-                    decision.code.as_str(),
-                    || decision.detail,
-                );
+                self.record(DecisionKind::NodeKept, || format!("pool:{name}"), code, || detail);
             }
         }
+    }
+
+    /// Takes what a pool's utilization query answered ([`crate::Event::PoolMetric`]): each ready node's sample
+    /// is set from it or cleared, and the pool's signal counts as missing while the query fails or a warm ready
+    /// node has no sample (its exporter stopped, so Prometheus marked its series stale). Records when the signal
+    /// goes missing and when it is back.
+    pub(crate) fn pool_metric(
+        &mut self,
+        pool: usize,
+        samples: Vec<(NodeId, f64)>,
+        error: Option<String>,
+    ) -> Result<(), EventError> {
+        let cfg = self.cfg.pools.get(pool).ok_or(EventError::UnknownPool(pool))?;
+        let (warmup, name) = (secs(cfg.utilization_warmup_s), cfg.name.clone());
+        let given: BTreeMap<NodeId, f64> = samples.into_iter().filter(|(_, v)| v.is_finite()).collect();
+        let mut missing = Vec::new();
+        for &id in &self.c.pools[pool].ready {
+            let n = &mut self.c.nodes[id.0 as usize];
+            n.gpu_utilization = given.get(&id).filter(|_| error.is_none()).map(|v| v.clamp(0.0, 1.0));
+            if n.gpu_utilization.is_none() && n.ready_at.unwrap_or(n.requested_at) + warmup <= self.now {
+                missing.push(id.0.to_string());
+            }
+        }
+        let lost = error.or_else(|| {
+            (!missing.is_empty()).then(|| format!("the query has no sample for warm node(s) {}", missing.join(", ")))
+        });
+        self.fresh_samples[pool] = true;
+        let code = match (&self.signal_lost[pool], &lost) {
+            (None, Some(_)) => "metric_lost",
+            (Some(_), None) => "metric_restored",
+            _ => "",
+        };
+        if !code.is_empty() {
+            let detail = match &lost {
+                Some(why) => format!("utilization signal missing, no scale-in until it is back: {why}"),
+                None => "utilization signal is back".to_string(),
+            };
+            self.record(DecisionKind::NodeKept, || format!("pool:{name}"), code, || detail);
+        }
+        self.signal_lost[pool] = lost;
+        Ok(())
     }
 
     /// Records the pool's GPU demand (busy GPUs on ready nodes plus GPUs of nodes being bought) into its bucket

@@ -298,7 +298,8 @@ impl Planner<'_> {
         let fallback_at =
             job.queued_since + if job.deadline_governs() { secs(1e12) } else { self.fallback_after[job.tier] };
         let access = shadow.unwrap_or_else(|| Access::of(job, now));
-        let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1;
+        // A capped team's job buys nothing, so what it found is no guide for another team's job of its shape.
+        let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1 | u8::from(e.team_capped(job.team)) << 2;
         let remembered = self.no_room.get(job, access, key).filter(|&(.., mask, taken)| {
             // A single worker claims nothing, and one that found no room finds none while GPUs are only taken.
             !e.exhaustive && (job.gang.workers == 1 || taken == self.taken_in(mask))
@@ -330,7 +331,10 @@ impl Planner<'_> {
                 }
                 InPool::No(why) => {
                     if let Some(why) = why {
-                        self.out.not_grown.entry(p).or_insert(why);
+                        // A team's cap is no reason of the pool's: other teams' work may still grow it.
+                        if why != NotGrown::BudgetCap {
+                            self.out.not_grown.entry(p).or_insert(why);
+                        }
                         first_why.get_or_insert((p, why));
                     }
                 }
@@ -424,6 +428,10 @@ impl Planner<'_> {
                 self.out.claimed.extend(ready(&self.slots));
             }
             return InPool::Fits;
+        }
+        if e.team_capped(job.team) {
+            // Its team spent a capped budget: it may use capacity there is, and buys none.
+            return InPool::No(Some(NotGrown::BudgetCap));
         }
         let cooldown = secs(e.cfg.pools[p].scale_out_cooldown_s);
         // Prefer a type whose nodes fit in the room left; else make progress with the best type.

@@ -34,6 +34,9 @@ pub struct Engine {
     pub(crate) fresh_samples: Vec<bool>,
     /// Per pool: what step scaling proposed at its last batch of samples (it stands until the next).
     pub(crate) step_proposals: Vec<Option<crate::autoscale::Proposal>>,
+    /// Per pool with a utilization query: why its signal is missing now (`None`: it is there), see
+    /// [`crate::Event::PoolMetric`].
+    pub(crate) signal_lost: Vec<Option<String>>,
     /// Per pool: why it did not grow for the demand of the last pass (a `scale_out_blocked` decision is recorded
     /// when that changes).
     pub(crate) not_grown: Vec<Option<crate::growth::NotGrown>>,
@@ -50,6 +53,10 @@ pub struct Engine {
     pub(crate) exhaustive: bool,
     pub(crate) dirty: bool,
     pub(crate) next_wake: Option<Time>,
+    /// Per `Config::budgets`: its period, opening spend and alerts raised (see `budget`).
+    pub(crate) budgets: Vec<BudgetState>,
+    /// Per team (index): a budget's hard cap holds, so no cloud capacity is bought for its work.
+    pub(crate) capped: Vec<bool>,
 }
 
 impl Engine {
@@ -61,6 +68,7 @@ impl Engine {
         let steps = cfg.pools.iter().map(crate::config::Pool::step_policy).collect();
         let history = vec![crate::autoscale::history::DemandHistory::default(); cfg.pools.len()];
         let cfg_pools = cfg.pools.len();
+        let cfg_budgets = cfg.budgets.len();
         Engine {
             queue: Queue::new(cfg.tiers.len()),
             cfg,
@@ -74,6 +82,7 @@ impl Engine {
             history,
             fresh_samples: vec![false; cfg_pools],
             step_proposals: vec![None; cfg_pools],
+            signal_lost: vec![None; cfg_pools],
             not_grown: vec![None; cfg_pools],
             last_blocked: Vec::new(),
             last_shadow: Vec::new(),
@@ -81,6 +90,8 @@ impl Engine {
             exhaustive: false,
             dirty: true,
             next_wake: None,
+            budgets: vec![BudgetState::default(); cfg_budgets],
+            capped: Vec::new(),
         }
     }
 }
@@ -94,4 +105,15 @@ impl WakeAt {
     pub fn at(&mut self, t: Time) {
         self.0 = Some(self.0.map_or(t, |w| w.min(t)));
     }
+}
+
+/// Where one budget stands: the period it is in, the team's cost when that began, and how many of its alert shares
+/// were crossed in it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct BudgetState {
+    pub period_start: Option<Time>,
+    pub start_usd: f64,
+    pub alerted: usize,
+    /// The hard cap's start was announced in this period.
+    pub cap_raised: bool,
 }

@@ -7,6 +7,9 @@ pub type Time = i64;
 /// A duration in milliseconds.
 pub type Millis = i64;
 
+/// One hour in milliseconds.
+pub const HOUR_MS: Millis = 3_600_000;
+
 /// Returns `s` seconds as milliseconds, rounded to the nearest millisecond.
 pub fn secs(s: f64) -> Millis {
     // Half away from zero by hand: `f64::round` is a library call on the baseline x86-64 target, and the

@@ -69,3 +69,67 @@ fn a_band_must_set_exactly_one_bound() {
     let err = spillway_core::Config::parse("m.toml", &text).unwrap_err().to_string();
     assert!(err.contains("pools[1].step_scaling") && err.contains("exactly one"), "{err}");
 }
+
+/// Target tracking on a PromQL query (`utilization_query`): idle nodes go after 60 s once the signal says so.
+const QUERY: &str = "target_gpu_utilization = 0.5\nidle_timeout_s = 60\nscale_in_cooldown_s = 0\n\
+utilization_query = 'avg by (spillway_node) (DCGM_FI_DEV_GPU_UTIL) / 100'\n[prometheus]\nurl = \"http://p:9090\"";
+
+fn answer(h: &mut Harness, t: f64, samples: Vec<(NodeId, f64)>, error: Option<&str>) -> Vec<spillway_core::Action> {
+    h.at(t);
+    h.event(Event::PoolMetric { pool: 1, samples, error: error.map(str::to_string) });
+    h.drain()
+}
+
+#[test]
+fn a_pool_on_a_query_never_scales_in_while_its_signal_is_missing() {
+    let mut h = Harness::new(&pool(QUERY));
+    let a = warm(&mut h);
+    // Busy (0.9 against 0.5): a second node is bought, and booted.
+    let got = answer(&mut h, 400.0, vec![(a, 0.9)], None);
+    assert_eq!(launches(&got).len(), 1, "{got:?}");
+    let b = launches(&got)[0].0;
+    h.at(430.0);
+    h.event(Event::NodeReady { node: b });
+    // Both at 0.3 want ceil(2 x 0.3 / 0.5) = 2: the size holds.
+    let got = answer(&mut h, 440.0, vec![(a, 0.3), (b, 0.3)], None);
+    assert!(launches(&got).is_empty() && terminates(&got).is_empty(), "{got:?}");
+    assert_eq!(h.alive(1), 2);
+
+    // The query fails: no scale-in however long the nodes sit idle, and the log says why.
+    answer(&mut h, 510.0, vec![], Some("asking http://p:9090/api/v1/query: timed out"));
+    let lost = h.records_of(spillway_core::DecisionKind::NodeKept, "metric_lost");
+    assert_eq!(lost.len(), 1);
+    assert!(lost[0].detail.contains("timed out"), "{}", lost[0].detail);
+    h.run_until(2000.0);
+    assert_eq!(h.alive(1), 2, "scaled in on a failed query");
+
+    // The query answers for one warm node only (the other's series went stale): still missing, still no scale-in.
+    answer(&mut h, 2010.0, vec![(a, 0.05)], None);
+    h.run_until(3000.0);
+    assert_eq!(h.alive(1), 2, "scaled in with a warm node missing from the answer");
+    assert_eq!(h.records_of(spillway_core::DecisionKind::NodeKept, "metric_lost").len(), 1, "recorded once");
+
+    // Both answer, idle: the signal is back and the pool goes down to its min.
+    answer(&mut h, 3010.0, vec![(a, 0.05), (b, 0.05)], None);
+    assert_eq!(h.records_of(spillway_core::DecisionKind::NodeKept, "metric_restored").len(), 1);
+    h.run_until(4000.0);
+    assert_eq!(h.alive(1), 1, "the signal says idle: the pool scales in");
+}
+
+#[test]
+fn a_query_needs_a_prometheus_table_and_a_policy_that_reads_it() {
+    let no_table = pool("target_gpu_utilization = 0.5\nutilization_query = 'up'");
+    let err = spillway_core::Config::parse("m.toml", &no_table).unwrap_err().to_string();
+    assert!(err.contains("pools[1].utilization_query") && err.contains("[prometheus]"), "{err}");
+    let no_policy = pool("utilization_query = 'up'\n[prometheus]\nurl = \"http://p:9090\"");
+    let err = spillway_core::Config::parse("m.toml", &no_policy).unwrap_err().to_string();
+    assert!(err.contains("target_gpu_utilization"), "{err}");
+    let https = pool("target_gpu_utilization = 0.5\nutilization_query = 'up'\n[prometheus]\nurl = \"https://p\"");
+    let err = spillway_core::Config::parse("m.toml", &https).unwrap_err().to_string();
+    assert!(err.contains("prometheus.url") && err.contains("https"), "{err}");
+    let slow = pool(
+        "target_gpu_utilization = 0.5\nutilization_query = 'up'\n[prometheus]\nurl = \"http://p\"\ntimeout_s = 60",
+    );
+    let err = spillway_core::Config::parse("m.toml", &slow).unwrap_err().to_string();
+    assert!(err.contains("prometheus.timeout_s"), "{err}");
+}

@@ -472,6 +472,7 @@ impl World<'_> {
 
     fn check(&self, step: &str) -> Result<(), String> {
         self.e.check_invariants().map_err(|m| format!("t={}: after {step}: {m}", self.now))?;
+        check_books(&self.e, self.now).map_err(|m| format!("t={}: after {step}: {m}", self.now))?;
         for (p, pool) in self.cfg.pools.iter().enumerate().filter(|(_, p)| p.market != Market::Fixed) {
             let alive = self.e.cluster().nodes.iter().filter(|n| n.pool == p && n.alive()).count() as u32;
             if alive > pool.max_nodes {
@@ -504,6 +505,9 @@ impl World<'_> {
                 }
                 Action::ReturnNode { name, .. } => {
                     return Err(format!("t={}: node {name} handed back, but no scheduler asked for one", self.now));
+                }
+                Action::BudgetAlert(b) => {
+                    return Err(format!("t={}: a budget alert for team {}, but no budget is set", self.now, b.team));
                 }
                 Action::Record(_) => {}
             }
@@ -813,6 +817,32 @@ fn drive_opts(case: &Case, extra: &[Time], tail: bool, keep_notes: bool, exhaust
             }
         }
     }
+}
+
+/// Checks the open books a cost query reads: the books at `now` are the ones the run would close with at `now`,
+/// and the cost an hour on grows by exactly the hourly rate (nothing changes in between).
+fn check_books(e: &Engine, now: Time) -> Result<(), String> {
+    let c = e.cluster();
+    let mut closed = e.clone();
+    closed.set_recording(false);
+    closed.finish(now);
+    let (open, later, rate) = (c.books_at(now), c.books_at(now + 3_600_000), c.hourly_books());
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-6 * (1.0 + a.abs().max(b.abs()));
+    let same = |what: &str, a: &[f64], b: &[f64]| -> Result<(), String> {
+        match a.iter().zip(b).position(|(x, y)| !near(*x, *y)) {
+            Some(i) => Err(format!("books {what}[{i}]: {} vs {}", a[i], b[i])),
+            None => Ok(()),
+        }
+    };
+    let l = &closed.cluster().ledger;
+    let line = |l: &spillway_core::ledger::Ledger| {
+        let mut team = l.by_team.clone();
+        team.resize(c.teams.len().max(team.len()), 0.0);
+        [&l.by_market[..], &l.by_pool, &team, &l.by_tier, &[l.node_usd, l.job_usd]].concat()
+    };
+    same("at now vs closed at now", &line(&open), &line(l))?;
+    let grown: Vec<f64> = line(&open).iter().zip(line(&rate)).map(|(a, r)| a + r).collect();
+    same("an hour on vs now plus the hourly rate", &line(&later), &grown)
 }
 
 /// Describes a case that did not finish: the jobs left and why they wait.

@@ -79,6 +79,7 @@ fn start(dir: &std::path::Path) -> Option<Running> {
             jobs_dir: None,
             reinit: false,
             run_as: None,
+            metrics_token: None,
         },
         config_name: "bench.toml".into(),
         config_text: CONFIG.into(),

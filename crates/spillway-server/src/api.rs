@@ -25,10 +25,10 @@ use spillway_api::{ErrorBody, Heartbeat, JobSubmit, NEXT_CURSOR_HEADER, PoolScal
 use spillway_core::{Event, JobId, JobSpec, NodeId, SubmitError, Time};
 use std::sync::Arc;
 
-type S = State<Arc<Shared>>;
+pub(crate) type S = State<Arc<Shared>>;
 
 /// A path parameter as the router found it, parsed only after the token check.
-type RawPath = Result<Path<String>, PathRejection>;
+pub(crate) type RawPath = Result<Path<String>, PathRejection>;
 
 /// An error response: status and [`ErrorBody`].
 pub struct ApiError(pub(crate) StatusCode, pub(crate) ErrorBody);
@@ -43,7 +43,7 @@ impl ApiError {
 }
 
 /// Returns a 422 naming `field`.
-fn bad(field: &str, error: impl Into<String>) -> ApiError {
+pub(crate) fn bad(field: &str, error: impl Into<String>) -> ApiError {
     ApiError::field(StatusCode::UNPROCESSABLE_ENTITY, field, error)
 }
 
@@ -76,14 +76,17 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/pools/{name}/protect", post(protect_pool))
         .route("/v1/pools/{name}/what-if", get(pool_what_if))
         .route("/v1/events", get(list_events))
-        .route("/v1/cost", get(cost))
+        .route("/v1/cost", get(crate::api_insight::cost))
+        .route("/v1/budgets", get(crate::api_insight::budgets))
+        .route("/v1/explain/job/{id}", get(crate::api_insight::explain_job))
+        .route("/v1/explain/pool/{name}", get(crate::api_insight::explain_pool))
         .route("/v1/agent/heartbeat", post(heartbeat))
         .route("/v1/slurm/resume", post(crate::slurm::api::resume))
         .route("/v1/slurm/suspend", post(crate::slurm::api::suspend))
         .route("/v1/openapi.json", get(|| async { axum::Json(crate::openapi::document()) }))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ready\n" }))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(crate::api_insight::metrics))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         // The serve loop (`http.rs`) enforces the same limit before the router; this one covers the router alone.
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -124,12 +127,14 @@ async fn json_errors(r: Response) -> Response {
 }
 
 /// Returns the bearer token of a request.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ").map(str::trim)
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    // The scheme is case-insensitive (RFC 9110).
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    v.get(..7).filter(|s| s.eq_ignore_ascii_case("bearer ")).and_then(|_| v.get(7..)).map(str::trim)
 }
 
 /// Returns who is calling: 401 without a known user token (node tokens are not user tokens).
-fn user(s: &Shared, headers: &HeaderMap) -> ApiResult<Principal> {
+pub(crate) fn user(s: &Shared, headers: &HeaderMap) -> ApiResult<Principal> {
     let Some(tok) = bearer(headers) else {
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "missing bearer token"));
     };
@@ -147,7 +152,7 @@ pub(crate) fn admin(s: &Shared, headers: &HeaderMap) -> ApiResult<()> {
 }
 
 /// Returns `v` for an error message: quoted and escaped, cut after 64 characters (a query value can be long).
-fn shown(v: &str) -> String {
+pub(crate) fn shown(v: &str) -> String {
     let cut: String = v.chars().take(64).collect();
     if cut.len() < v.len() { format!("{cut:?}...") } else { format!("{cut:?}") }
 }
@@ -186,7 +191,7 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> ApiResult<T
 
 /// Parses a query string into `T` (whose fields are all optional strings, unknown ones refused): 422 naming the
 /// parameter at fault.
-fn query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> ApiResult<T> {
+pub(crate) fn query<T: serde::de::DeserializeOwned>(raw: Option<&str>) -> ApiResult<T> {
     serde_urlencoded::from_str(raw.unwrap_or("")).map_err(|e| {
         let msg = e.to_string();
         ApiError(
@@ -215,7 +220,7 @@ fn cursor<T: std::str::FromStr>(v: Option<&str>) -> ApiResult<Option<T>> {
 }
 
 /// Returns a numeric query parameter (`None` when absent), 422 naming it when it does not parse.
-fn number<T: std::str::FromStr>(name: &str, v: Option<&str>) -> ApiResult<Option<T>> {
+pub(crate) fn number<T: std::str::FromStr>(name: &str, v: Option<&str>) -> ApiResult<Option<T>> {
     v.map(|x| x.parse::<T>().map_err(|_| bad(name, format!("{name} must be a number, got {}", shown(x))))).transpose()
 }
 
@@ -227,7 +232,7 @@ fn whole(name: &str, v: Option<&str>) -> ApiResult<Option<u32>> {
 }
 
 /// Returns the id in a path once the caller is known: 400 naming `id` when it is not one.
-fn path_id(p: RawPath) -> ApiResult<u32> {
+pub(crate) fn path_id(p: RawPath) -> ApiResult<u32> {
     let bad_id = |what: &str| ApiError::field(StatusCode::BAD_REQUEST, "id", format!("{what} is not an id"));
     match p {
         Ok(Path(s)) => s.parse().map_err(|_| bad_id(&shown(&s))),
@@ -236,7 +241,7 @@ fn path_id(p: RawPath) -> ApiResult<u32> {
 }
 
 /// Returns the name in a path once the caller is known: 400 naming `name` when it does not decode.
-fn path_name(p: RawPath) -> ApiResult<String> {
+pub(crate) fn path_name(p: RawPath) -> ApiResult<String> {
     p.map(|Path(s)| s)
         .map_err(|e| ApiError::field(StatusCode::BAD_REQUEST, "name", format!("bad name in the path: {e}")))
 }
@@ -404,7 +409,7 @@ async fn list_jobs(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> 
 }
 
 /// Returns the job `id` if the caller may see it: 404 if it does not exist, 403 if another team's.
-fn visible(s: &Shared, who: &Principal, id: u32) -> ApiResult<spillway_api::JobView> {
+pub(crate) fn visible(s: &Shared, who: &Principal, id: u32) -> ApiResult<spillway_api::JobView> {
     let st = s.state();
     let j = st.engine.job(JobId(id)).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")))?;
     let v = views::job(&st, j);
@@ -668,73 +673,6 @@ async fn list_events(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -
         .filter_map(|(k, v)| v.map(|v| (k, v)));
     let params = params.chain([("limit", limit.to_string())]).collect();
     Ok(page_response("/v1/events", params, page))
-}
-
-/// The query of `GET /v1/cost`, as sent.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CostWindow {
-    since: Option<String>,
-    until: Option<String>,
-}
-
-/// Returns an instant parameter (seconds since the epoch); 422 naming it unless a finite number >= 0.
-fn instant(name: &str, v: Option<&str>) -> ApiResult<Option<f64>> {
-    match number::<f64>(name, v)? {
-        Some(x) if !x.is_finite() || x < 0.0 => Err(bad(name, format!("{name}: {x} is not a time"))),
-        x => Ok(x),
-    }
-}
-
-/// Returns seconds since the epoch in ms; `as` saturates, so a far-future instant stays far in the future.
-fn epoch_ms(secs: f64) -> i64 {
-    (secs * 1000.0) as i64
-}
-
-/// `GET /v1/cost[?since=&until=]`: cumulative cost now, or the cost accrued between two instants (seconds since the
-/// epoch). A past instant resolves to the last minute snapshot at or before it (zero before the first).
-async fn cost(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> ApiResult<Response> {
-    admin(&s, &headers)?;
-    let w: CostWindow = query(raw.as_deref())?;
-    let now = now_ms();
-    let since_s = instant("since", w.since.as_deref())?;
-    let since = since_s.map(epoch_ms);
-    let until = instant("until", w.until.as_deref())?.map(|u| epoch_ms(u).min(now));
-    if let (Some(a), Some(b)) = (since, until)
-        && a > b
-    {
-        return Err(bad("since", "since is after until"));
-    }
-    let st = s.state();
-    let at = |t: Option<i64>| -> ApiResult<spillway_api::CostView> {
-        match t {
-            None => Ok(views::cost(&st, now)),
-            Some(t) if t >= now - 1000 => Ok(views::cost(&st, now)),
-            Some(t) => match st
-                .store
-                .cost_snapshot_before(t)
-                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-            {
-                Some((_, json)) => serde_json::from_str(&json)
-                    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
-                None => Ok(spillway_api::CostView::default()),
-            },
-        }
-    };
-    let end = at(until)?;
-    let mut v = match since {
-        Some(_) => views::cost_minus(&end, &at(since)?),
-        None => end,
-    };
-    drop(st);
-    v.since = since_s;
-    v.until = Some(until.unwrap_or(now) as f64 / 1000.0);
-    Ok(axum::Json(v).into_response())
-}
-
-async fn metrics(State(s): S) -> Response {
-    let text = views::metrics(&s.state(), now_ms());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// `POST /v1/agent/heartbeat`: node tokens only, and only for their own node; 410 when the node is gone. The

@@ -228,7 +228,7 @@ impl State {
         if self.undecided || self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.observe(now, Entry::Wake)?;
         }
-        self.snapshot_cost(now);
+        self.snapshot_cost(now, true);
         if now >= self.next_reconcile {
             self.next_reconcile = now + self.opts.reconcile_every_ms;
             self.effects.push(Effect::List);
@@ -390,22 +390,30 @@ impl State {
         cfg.pools.get(pool).map_or(120_000, |p| (p.interruption_notice_s * 1000.0) as Time)
     }
 
-    /// A cumulative cost snapshot each minute, so `GET /v1/cost?since=&until=` can answer windows.
-    fn snapshot_cost(&mut self, now: Time) {
+    /// Records the cumulative cost and its hourly rate whenever the rate changed (so `GET /v1/cost?since=&until=`
+    /// is exact to the millisecond: between two changes cost grows at the rate), and at least each minute with
+    /// `minutely`. Nothing is recorded while replaying: those snapshots are already stored.
+    pub(crate) fn snapshot_cost(&mut self, now: Time, minutely: bool) {
+        if self.replaying {
+            return;
+        }
+        let rate = crate::views::cost_rate(self);
         let minute = now.div_euclid(60_000);
-        if self.cost_minute == Some(minute) {
+        let due = minutely && self.cost_minute != Some(minute);
+        if !due && self.cost_rate.as_ref() == Some(&rate) {
             return;
         }
         self.cost_minute = Some(minute);
         let cost = crate::views::cost(self, now);
-        match serde_json::to_string(&cost) {
-            Ok(json) => {
+        match (serde_json::to_string(&cost), serde_json::to_string(&rate)) {
+            (Ok(cost), Ok(rate_json)) => {
                 // A lost snapshot only coarsens cost windows; it decides nothing, so it is not fatal.
-                if let Err(e) = self.store.put_cost_snapshot(now, &json) {
-                    eprintln!("spillway: {e}");
+                match self.store.put_cost_snapshot(now, &cost, &rate_json) {
+                    Ok(()) => self.cost_rate = Some(rate),
+                    Err(e) => eprintln!("spillway: {e}"),
                 }
             }
-            Err(e) => eprintln!("spillway: cost snapshot: {e}"),
+            (Err(e), _) | (_, Err(e)) => eprintln!("spillway: cost snapshot: {e}"),
         }
     }
 
@@ -492,7 +500,9 @@ impl State {
             .cluster()
             .nodes
             .get(node as usize)
-            .is_some_and(|n| self.engine.config().pools[n.pool].uses_utilization());
+            .map(|n| &self.engine.config().pools[n.pool])
+            // A pool with a utilization query reads Prometheus, not the agents.
+            .is_some_and(|p| p.uses_utilization() && p.utilization_query.is_none());
         let Some(u) = u.filter(|u| metric_pool && u.is_finite()) else { return Ok(()) };
         if self.last_metric.get(&node).is_some_and(|&t| now - t < METRIC_EVERY_MS) {
             return Ok(());

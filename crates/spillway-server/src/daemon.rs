@@ -4,12 +4,13 @@
 
 use crate::datadir::{DataDir, Marker, TokenFile, ct_eq, new_token, token_hash};
 use crate::state::{ApplyError, Effect, State, StateOptions};
-use crate::store::Store;
+use crate::store::{Entry, Store};
 use crate::tokens::TokenUse;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spillway_api::{Heartbeat, HeartbeatReply};
-use spillway_core::{Config, Engine, Time};
+use spillway_core::config::Market;
+use spillway_core::{Config, Engine, Event, NodeId, Time};
 use spillway_providers::{Provider, ProviderError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,6 +34,9 @@ pub struct DaemonOptions {
     /// Run jobs as this Unix user (the daemon must run as root). Jobs' directories then live outside the data
     /// dir (default `<data_dir>-jobs`, traversable but not listable), since the data dir is the daemon's alone.
     pub run_as: Option<String>,
+    /// When set, `GET /metrics` needs this bearer token (or the admin token): cost by team is not for everyone.
+    /// Unset, `/metrics` is open to whoever reaches the listen address.
+    pub metrics_token: Option<String>,
 }
 
 impl DaemonOptions {
@@ -65,6 +69,8 @@ pub struct Shared {
     marker_seq: Mutex<i64>,
     /// Slurm, when the config has a `[slurm]` table.
     pub slurm: Option<crate::slurm::Slurm>,
+    /// The budget alert webhook's sender, when `[alerts] webhook` is set.
+    alerts: Option<crate::webhook::Webhook>,
 }
 
 /// Who a bearer token belongs to.
@@ -123,6 +129,7 @@ impl Shared {
         let (text, start) = stored_config(&store, &opts, config_name, config_text)?;
         let cfg = Config::parse(config_name, &text).map_err(|e| StartError::Config(e.to_string()))?;
         let slurm = crate::slurm::Slurm::from_config(config_name, &text, &cfg).map_err(StartError::Config)?;
+        let alerts = cfg.alerts.webhook.clone().map(crate::webhook::Webhook::start);
         let cluster_id = match store.meta("cluster_id")? {
             Some(id) => id,
             None => {
@@ -167,6 +174,7 @@ impl Shared {
             stop: tokio::sync::Notify::new(),
             marker_seq: Mutex::new(seq),
             slurm,
+            alerts,
         })
     }
 
@@ -191,6 +199,14 @@ impl Shared {
             }
         }
         found
+    }
+
+    /// Returns whether `token` may read `/metrics`: any request when no metrics token is set, else the metrics
+    /// token or the admin token (compared in constant time).
+    pub fn may_read_metrics(&self, token: Option<&str>) -> bool {
+        let Some(want) = &self.opts.metrics_token else { return true };
+        let Some(token) = token else { return false };
+        ct_eq(&token_hash(want), &token_hash(token)) || self.principal(token) == Some(Principal::Admin)
     }
 
     /// Returns whether `team` is a team of this daemon.
@@ -352,6 +368,11 @@ impl Shared {
                 Err(e) => eprintln!("spillway: terminating orphan instance {id}: {e}"),
             },
             Effect::SlurmHandBack { name, reason } => self.slurm_hand_back(&name, &reason),
+            Effect::Alert { body } => {
+                if let Some(w) = &self.alerts {
+                    w.send(body);
+                }
+            }
             Effect::List => {
                 let asked = self.now();
                 match self.provider.list(&self.cluster_id) {
@@ -419,16 +440,29 @@ impl Shared {
 
     /// Terminates every live instance of this cluster (graceful shutdown of `spillway up`).
     pub fn terminate_all(&self) {
-        if let Ok(list) = self.provider.list(&self.cluster_id) {
-            let handles: Vec<_> = list
-                .into_iter()
-                .map(|i| {
-                    let p = self.provider.clone();
-                    std::thread::spawn(move || p.terminate(&i.id))
-                })
-                .collect();
-            for h in handles {
-                let _ = h.join();
+        let Ok(list) = self.provider.list(&self.cluster_id) else { return };
+        let handles: Vec<_> = list
+            .into_iter()
+            .map(|i| {
+                let p = self.provider.clone();
+                std::thread::spawn(move || (i.node, p.terminate(&i.id)))
+            })
+            .collect();
+        let mut stopped = Vec::new();
+        for h in handles {
+            if let Ok((node, Ok(()) | Err(ProviderError::NotFound(_)))) = h.join() {
+                stopped.push(node);
+            }
+        }
+        // The cloud nodes end now, in the log: no cost is booked for them while the daemon is down. Owned nodes
+        // are paid for anyway; their jobs are requeued when the restarted daemon finds them gone.
+        let mut st = self.state();
+        let now = self.now();
+        for node in stopped {
+            let cloud =
+                st.engine.cluster().nodes.get(node as usize).is_some_and(|n| n.alive() && n.market != Market::Fixed);
+            if cloud {
+                let _ = st.apply(now, Entry::Event(Event::NodeStopped { node: NodeId(node) }));
             }
         }
     }

@@ -7,16 +7,21 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod api;
+mod api_insight;
+mod attempts;
 pub mod control;
 pub mod daemon;
 pub mod datadir;
 pub mod http;
+pub mod metrics;
 pub mod openapi;
+pub mod promql;
 pub mod slurm;
 pub mod state;
 pub mod store;
 pub mod tokens;
 pub mod views;
+pub mod webhook;
 
 pub use daemon::{DaemonOptions, Shared};
 
@@ -128,6 +133,7 @@ pub async fn serve(
             }
         })
     });
+    let prometheus = shared.prometheus_loop();
     started(&Started { url, admin_token: shared.tokens.admin.clone(), team_tokens: shared.team_tokens(), replayed });
     // A store failure the daemon cannot go on from stops it like a signal would, with the error printed.
     let fatal = shared.clone();
@@ -150,7 +156,7 @@ pub async fn serve(
     ticker.abort();
     notices.abort();
     prices.abort();
-    if let Some(t) = slurm_sync {
+    for t in slurm_sync.into_iter().chain(prometheus) {
         t.abort();
     }
     if opts.stop_nodes_on_exit {

@@ -42,10 +42,21 @@ pub enum Effect {
     List,
     /// Hand Slurm's node `name` back to Slurm: requeue its jobs and power it down, giving `reason`.
     SlurmHandBack { name: String, reason: String },
+    /// Post a budget alert (JSON) to the alert webhook.
+    Alert { body: String },
 }
 
 /// Per rank of one attempt: whether it succeeded and how its process ended.
 pub(crate) type RankExits = BTreeMap<u32, (bool, Option<Exit>)>;
+
+/// How `/metrics` counts decisions: kind and reason, and the pool or tier of their subject ("" when none).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DecisionKey {
+    pub kind: String,
+    pub reason: String,
+    pub pool: String,
+    pub tier: String,
+}
 
 /// Settings of the state that are not part of the cluster config.
 #[derive(Debug, Clone)]
@@ -70,10 +81,15 @@ pub struct State {
     pub store: Store,
     pub opts: StateOptions,
     /// True while the log is being replayed: nothing is logged and no effect is produced.
-    replaying: bool,
+    pub(crate) replaying: bool,
     /// What each job runs, by job id.
     pub commands: Vec<JobCommand>,
     pub decisions: VecDeque<EventView>,
+    /// Decisions so far by (kind, reason, pool, tier), for `/metrics` (rebuilt by replay, so they survive a
+    /// restart); a decision about a node or pool has its pool, one about a job its tier, else "".
+    pub decision_counts: BTreeMap<DecisionKey, u64>,
+    /// The highest value `/metrics` served per float counter series (they must never go down).
+    pub metric_floor: BTreeMap<String, f64>,
     next_decision: u64,
     /// SHA-256 of each node's current agent token (from `NodeToken` log entries).
     pub token_hashes: BTreeMap<u32, String>,
@@ -102,6 +118,8 @@ pub struct State {
     backlog: BTreeMap<String, (Vec<u32>, usize)>,
     /// Nodes whose launch is in flight (not yet answered).
     pub(crate) launching: BTreeSet<u32>,
+    /// Every attempt of every job: where, when, how it ended, what it cost.
+    pub(crate) attempts: crate::attempts::Attempts,
     /// Exits reported so far by (job, attempt).
     pub(crate) exits: BTreeMap<(u32, u32), RankExits>,
     /// Spot nodes under an interruption notice, and when the cloud takes them.
@@ -112,6 +130,8 @@ pub struct State {
     pub undecided: bool,
     /// The minute of the last cost snapshot.
     pub cost_minute: Option<i64>,
+    /// The hourly cost rate of the last snapshot: a new one is taken whenever the rate changes.
+    pub cost_rate: Option<spillway_api::CostView>,
     /// Shell clocks (ms): last heartbeat per node, when a launch came back, last logged utilization sample.
     pub(crate) seen: BTreeMap<u32, Time>,
     pub(crate) launched: BTreeMap<u32, Time>,
@@ -159,6 +179,8 @@ impl State {
             replaying: false,
             commands: Vec::new(),
             decisions: VecDeque::new(),
+            decision_counts: BTreeMap::new(),
+            metric_floor: BTreeMap::new(),
             next_decision: 0,
             token_hashes: BTreeMap::new(),
             token_nodes: BTreeMap::new(),
@@ -175,10 +197,12 @@ impl State {
             backlog: BTreeMap::new(),
             stopping: false,
             exits: BTreeMap::new(),
+            attempts: Default::default(),
             reclaim_at: BTreeMap::new(),
             effects: Vec::new(),
             undecided: false,
             cost_minute: None,
+            cost_rate: None,
             seen: BTreeMap::new(),
             launched: BTreeMap::new(),
             last_metric: BTreeMap::new(),
@@ -210,6 +234,9 @@ impl State {
             }
         }
         self.replaying = false;
+        // The books as of the last entry (the start, for a new data dir), so a cost window reaching back before
+        // the first change since this start is exact too.
+        self.snapshot_cost(self.engine.now(), false);
         Ok(log.len())
     }
 
@@ -224,7 +251,9 @@ impl State {
             spillway_core::check_spec(self.engine.config(), spec).map_err(|e| ApplyError::Engine(e.to_string()))?;
         }
         self.log(now, &entry)?;
-        self.apply_entry(now, entry)
+        let result = self.apply_entry(now, entry);
+        self.snapshot_cost(now, false);
+        result
     }
 
     /// Appends `entry` to the log (not while replaying); a failure is fatal.
@@ -285,7 +314,20 @@ impl State {
                 if let Event::InterruptionNotice { node, deadline } = &event {
                     self.reclaim_at.insert(node.0, *deadline);
                 }
-                self.engine.handle_event(now, event).map(|_| None).map_err(|e| ApplyError::Engine(e.to_string()))
+                let exited = match &event {
+                    Event::JobExited { job, attempt, .. } => Some((*job, *attempt)),
+                    _ => None,
+                };
+                let r =
+                    self.engine.handle_event(now, event).map(|_| None).map_err(|e| ApplyError::Engine(e.to_string()));
+                // The exit ended the job if the engine took it: that attempt is its last.
+                if let Some((job, attempt)) = exited
+                    && let Some(j) = self.engine.job(job).filter(|j| j.attempt == attempt && j.ended.is_some())
+                {
+                    let success = j.state == JobState::Succeeded;
+                    self.attempts.exited(now, job, attempt, success, j.exit);
+                }
+                r
             }
             Entry::Wake => {
                 self.engine.handle_timeout(now);
@@ -304,10 +346,12 @@ impl State {
                 Action::Launch { node, .. } if !self.replaying => self.new_launches.push(node.0),
                 Action::Terminate { node } if !self.replaying => self.effects.push(Effect::Terminate { node: node.0 }),
                 Action::StartJob { job, attempt, placement } => {
+                    self.attempts.started(now, job, attempt, &placement);
                     self.placed.insert((job.0, attempt), placement.iter().map(|(n, _)| n.0).collect());
                 }
                 Action::Launch { .. } | Action::Terminate { .. } => {}
-                Action::StopJob { job, attempt, grace_ms, .. } => {
+                Action::StopJob { job, attempt, grace_ms, reason } => {
+                    self.attempts.stopped(now, job, attempt, &reason);
                     self.stop_grace.insert((job.0, attempt), grace_ms.max(0) as u64);
                 }
                 Action::ReturnNode { name, why } => {
@@ -316,6 +360,11 @@ impl State {
                         self.effects.push(Effect::SlurmHandBack { name, reason: why.to_string() });
                     }
                 }
+                Action::BudgetAlert(a) if !self.replaying => {
+                    let body = crate::webhook::body(&a, now, &self.opts.cluster_id);
+                    self.effects.push(Effect::Alert { body });
+                }
+                Action::BudgetAlert(_) => {}
                 Action::Record(d) => self.record(d),
             }
         }
@@ -338,10 +387,33 @@ impl State {
             detail: d.detail,
         };
         self.next_decision += 1;
+        let key = self.decision_key(&view);
+        *self.decision_counts.entry(key).or_default() += 1;
         if self.decisions.len() == MAX_DECISIONS {
             self.decisions.pop_front();
         }
         self.decisions.push_back(view);
+    }
+
+    /// Returns the counting key of a decision: its kind and reason, and the pool or tier its subject belongs to.
+    fn decision_key(&self, v: &EventView) -> DecisionKey {
+        let cfg = self.engine.config();
+        let c = self.engine.cluster();
+        let (scope, id) = v.subject.split_once(':').unwrap_or(("", ""));
+        let index = id.parse::<usize>().ok();
+        let (pool, tier) = match scope {
+            "pool" => (id.to_string(), String::new()),
+            "node" => (
+                index.and_then(|i| c.nodes.get(i)).map(|n| cfg.pools[n.pool].name.clone()).unwrap_or_default(),
+                String::new(),
+            ),
+            "job" => (
+                String::new(),
+                index.and_then(|i| c.jobs.get(i)).map(|j| cfg.tiers[j.tier].name.clone()).unwrap_or_default(),
+            ),
+            _ => (String::new(), String::new()),
+        };
+        DecisionKey { kind: v.kind.clone(), reason: v.reason.clone(), pool, tier }
     }
 
     /// Issues a fresh agent token for a launch of `node` and logs its hash (voiding the node's earlier tokens).

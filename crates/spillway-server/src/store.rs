@@ -111,6 +111,15 @@ impl Store {
              DROP TABLE IF EXISTS node_tokens;",
         )
         .map_err(sql("create tables"))?;
+        // Snapshots carry their hourly rate since this version; older rows have none (their windows stay coarse).
+        let has_rate: bool = conn
+            .query_row("SELECT COUNT(*) FROM pragma_table_info('cost_snapshots') WHERE name = 'rate'", [], |r| {
+                r.get::<_, i64>(0).map(|n| n > 0)
+            })
+            .map_err(sql("read cost snapshot columns"))?;
+        if !has_rate {
+            conn.execute_batch("ALTER TABLE cost_snapshots ADD COLUMN rate TEXT").map_err(sql("add cost rate"))?;
+        }
         // Files SQLite made before this version (or an older 0644 database) become owner-only too.
         for suffix in ["-wal", "-shm"] {
             let side = format!("{file}{suffix}");
@@ -222,25 +231,37 @@ impl Store {
         Ok(())
     }
 
-    /// Records the cumulative cost (JSON) at `at_ms`.
-    pub fn put_cost_snapshot(&self, at_ms: i64, cost_json: &str) -> Result<(), StoreError> {
+    /// Records the cumulative cost at `at_ms` and its hourly rate from then on (both JSON).
+    pub fn put_cost_snapshot(&self, at_ms: i64, cost_json: &str, rate_json: &str) -> Result<(), StoreError> {
         self.conn
-            .execute("INSERT OR REPLACE INTO cost_snapshots (at_ms, cost) VALUES (?1, ?2)", params![at_ms, cost_json])
+            .execute(
+                "INSERT OR REPLACE INTO cost_snapshots (at_ms, cost, rate) VALUES (?1, ?2, ?3)",
+                params![at_ms, cost_json, rate_json],
+            )
             .map_err(self.err("save cost snapshot"))?;
         Ok(())
     }
 
-    /// Returns the last cost snapshot at or before `at_ms` (time and JSON), if any.
-    pub fn cost_snapshot_before(&self, at_ms: i64) -> Result<Option<(i64, String)>, StoreError> {
+    /// Returns the last cost snapshot at or before `at_ms`: its time, cost and hourly rate (JSON; no rate in
+    /// snapshots older than this version).
+    pub fn cost_snapshot_before(&self, at_ms: i64) -> Result<Option<CostSnapshot>, StoreError> {
         self.conn
             .query_row(
-                "SELECT at_ms, cost FROM cost_snapshots WHERE at_ms <= ?1 ORDER BY at_ms DESC LIMIT 1",
+                "SELECT at_ms, cost, rate FROM cost_snapshots WHERE at_ms <= ?1 ORDER BY at_ms DESC LIMIT 1",
                 params![at_ms],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok(CostSnapshot { at_ms: r.get(0)?, cost: r.get(1)?, rate: r.get(2)? }),
             )
             .optional()
             .map_err(self.err("read cost snapshot"))
     }
+}
+
+/// A stored cost snapshot (JSON of `CostView`s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostSnapshot {
+    pub at_ms: i64,
+    pub cost: String,
+    pub rate: Option<String>,
 }
 
 #[cfg(test)]

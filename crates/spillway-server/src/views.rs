@@ -31,7 +31,7 @@ pub fn parse_job_state(name: &str) -> Option<JobState> {
 
 /// Every kind of recorded decision. [`decision_kind`] matches exhaustively, so a new kind fails the build there
 /// until it is named; add it here too (a test checks the two agree with the engine's serialized names).
-pub const DECISION_KINDS: [DecisionKind; 13] = [
+pub const DECISION_KINDS: [DecisionKind; 14] = [
     DecisionKind::JobStarted,
     DecisionKind::JobPending,
     DecisionKind::JobPreempted,
@@ -45,6 +45,7 @@ pub const DECISION_KINDS: [DecisionKind; 13] = [
     DecisionKind::Interruption,
     DecisionKind::Fallback,
     DecisionKind::Admin,
+    DecisionKind::Budget,
 ];
 
 /// Returns the API name of a decision kind (`EventView::kind`).
@@ -63,6 +64,7 @@ pub fn decision_kind(k: DecisionKind) -> &'static str {
         DecisionKind::Interruption => "interruption",
         DecisionKind::Fallback => "fallback",
         DecisionKind::Admin => "admin",
+        DecisionKind::Budget => "budget",
     }
 }
 
@@ -121,6 +123,9 @@ pub fn node_state(s: NodeState) -> &'static str {
 pub fn job(st: &State, j: &Job) -> JobView {
     let c = st.engine.cluster();
     let (exit_code, exit_signal) = Exit::parts(j.exit);
+    let price =
+        |n: spillway_core::NodeId| c.nodes.get(n.0 as usize).map_or((0.0, 1), |n| (n.price_usd_per_hour, n.gpus));
+    let attempts = st.attempts.views(j.id, st.engine.now(), price);
     JobView {
         id: j.id.0,
         name: j.spec.name.clone(),
@@ -147,6 +152,8 @@ pub fn job(st: &State, j: &Job) -> JobView {
         preemptions: j.preemptions,
         exit_code,
         exit_signal,
+        cost_usd: attempts.iter().map(|a| a.cost_usd).sum(),
+        attempts,
     }
 }
 
@@ -194,15 +201,22 @@ pub fn pools(st: &State) -> Vec<PoolView> {
         .collect()
 }
 
-/// Returns the cost so far: a copy of the engine closes its books at `now` (live nodes and running attempts billed
-/// up to now), so the running daemon's ledger is not disturbed.
+/// Returns the cost so far: the engine's books as they would close at `now` (live nodes and running attempts billed
+/// up to now); the running daemon's ledger is not disturbed.
 pub fn cost(st: &State, now: Time) -> CostView {
-    let mut e = st.engine.clone();
-    e.set_recording(false);
-    e.finish(now);
-    let cfg = e.config();
-    let c = e.cluster();
-    let l = &c.ledger;
+    cost_view(st, &st.engine.cluster().books_at(now))
+}
+
+/// Returns what an hour of the present costs, key by key: between two changes of the cluster, the cost at `t` is
+/// the cost at the change plus this rate times the hours since.
+pub fn cost_rate(st: &State) -> CostView {
+    cost_view(st, &st.engine.cluster().hourly_books())
+}
+
+/// Returns `l` by the config's names.
+fn cost_view(st: &State, l: &spillway_core::ledger::Ledger) -> CostView {
+    let cfg = st.engine.config();
+    let c = st.engine.cluster();
     let mut v = CostView { total_usd: l.node_usd, idle_usd: l.idle_usd(), ..CostView::default() };
     for (i, t) in c.teams.iter().enumerate() {
         v.by_team.insert(t.name.clone(), l.by_team.get(i).copied().unwrap_or(0.0));
@@ -220,83 +234,53 @@ pub fn cost(st: &State, now: Time) -> CostView {
     v
 }
 
+/// Returns the cumulative cost at `t` (now or in the past): the last snapshot at or before `t` grown at its
+/// hourly rate up to `t` (exact, as a snapshot is taken at every change of rate; an old snapshot with no rate
+/// stands as it is), zero before the first.
+pub fn cost_at(st: &State, t: Time, now: Time) -> Result<CostView, String> {
+    if t >= now {
+        return Ok(cost(st, now));
+    }
+    let Some(snap) = st.store.cost_snapshot_before(t).map_err(|e| e.to_string())? else {
+        return Ok(CostView::default());
+    };
+    let base: CostView = serde_json::from_str(&snap.cost).map_err(|e| format!("cost snapshot: {e}"))?;
+    match snap.rate {
+        Some(rate) => {
+            let rate: CostView = serde_json::from_str(&rate).map_err(|e| format!("cost rate snapshot: {e}"))?;
+            Ok(cost_plus(&base, &rate, (t - snap.at_ms) as f64 / 3_600_000.0))
+        }
+        None => Ok(base),
+    }
+}
+
+/// Returns `base + rate * hours`, key by key: the cost `hours` after a snapshot whose hourly rate is `rate`.
+pub fn cost_plus(base: &CostView, rate: &CostView, hours: f64) -> CostView {
+    combine(base, rate, |b, r| b + r * hours)
+}
+
 /// Returns `later - earlier`, key by key (a window of two cumulative costs).
 pub fn cost_minus(later: &CostView, earlier: &CostView) -> CostView {
-    let sub = |a: &std::collections::BTreeMap<String, f64>, b: &std::collections::BTreeMap<String, f64>| {
-        a.iter().map(|(k, v)| (k.clone(), v - b.get(k).copied().unwrap_or(0.0))).collect()
+    combine(later, earlier, |a, b| a - b)
+}
+
+/// Returns `f(a, b)` key by key, over `a`'s keys (a key `b` lacks counts as 0).
+fn combine(a: &CostView, b: &CostView, f: impl Fn(f64, f64) -> f64) -> CostView {
+    type Keyed = std::collections::BTreeMap<String, f64>;
+    let each = |x: &Keyed, y: &Keyed| -> Keyed {
+        x.iter().map(|(k, v)| (k.clone(), f(*v, y.get(k).copied().unwrap_or(0.0)))).collect()
     };
     CostView {
         since: None,
         until: None,
-        total_usd: later.total_usd - earlier.total_usd,
-        idle_usd: later.idle_usd - earlier.idle_usd,
-        by_team: sub(&later.by_team, &earlier.by_team),
-        by_tier: sub(&later.by_tier, &earlier.by_tier),
-        by_pool: sub(&later.by_pool, &earlier.by_pool),
-        by_market: sub(&later.by_market, &earlier.by_market),
-        node_hours_by_market: sub(&later.node_hours_by_market, &earlier.node_hours_by_market),
+        total_usd: f(a.total_usd, b.total_usd),
+        idle_usd: f(a.idle_usd, b.idle_usd),
+        by_team: each(&a.by_team, &b.by_team),
+        by_tier: each(&a.by_tier, &b.by_tier),
+        by_pool: each(&a.by_pool, &b.by_pool),
+        by_market: each(&a.by_market, &b.by_market),
+        node_hours_by_market: each(&a.node_hours_by_market, &b.node_hours_by_market),
     }
-}
-
-/// Returns the Prometheus text exposition of the daemon's gauges and counters.
-pub fn metrics(st: &State, now: Time) -> String {
-    use std::fmt::Write;
-    let c = st.engine.cluster();
-    let mut s = String::new();
-    // Queued GPUs and the oldest wait per tier: what an alert on "p0 waits" needs.
-    let mut queued = std::collections::BTreeMap::<&str, (u64, f64)>::new();
-    for t in &st.engine.config().tiers {
-        queued.insert(t.name.as_str(), (0, 0.0));
-    }
-    for j in c.jobs.iter().filter(|j| j.state == JobState::Queued) {
-        let e = queued.entry(st.engine.config().tiers[j.tier].name.as_str()).or_default();
-        e.0 += j.total_gpus() as u64;
-        e.1 = e.1.max((now - j.queued_since) as f64 / 1000.0);
-    }
-    s += "# HELP spillway_queued_gpus GPUs asked for by queued jobs, by tier.\n# TYPE spillway_queued_gpus gauge\n";
-    for (tier, (g, _)) in &queued {
-        let _ = writeln!(s, "spillway_queued_gpus{{tier=\"{tier}\"}} {g}");
-    }
-    s += "# HELP spillway_oldest_queued_seconds Longest current queue wait, by tier.\n# TYPE spillway_oldest_queued_seconds gauge\n";
-    for (tier, (_, w)) in &queued {
-        let _ = writeln!(s, "spillway_oldest_queued_seconds{{tier=\"{tier}\"}} {w:.3}");
-    }
-    let cost = cost(st, now);
-    s += "# HELP spillway_cost_usd_total Cost so far by market.\n# TYPE spillway_cost_usd_total counter\n";
-    for (m, v) in &cost.by_market {
-        let _ = writeln!(s, "spillway_cost_usd_total{{market=\"{m}\"}} {v:.4}");
-    }
-    s += "# HELP spillway_team_cost_usd_total Cost so far by team.\n# TYPE spillway_team_cost_usd_total counter\n";
-    for (t, v) in &cost.by_team {
-        let _ = writeln!(s, "spillway_team_cost_usd_total{{team=\"{t}\"}} {v:.4}");
-    }
-    let mut jobs = std::collections::BTreeMap::<(&str, &str), u64>::new();
-    for j in &c.jobs {
-        *jobs.entry((st.engine.config().tiers[j.tier].name.as_str(), job_state(j.state))).or_default() += 1;
-    }
-    s += "# HELP spillway_jobs Jobs by tier and state.\n# TYPE spillway_jobs gauge\n";
-    for ((tier, state), n) in jobs {
-        let _ = writeln!(s, "spillway_jobs{{tier=\"{tier}\",state=\"{state}\"}} {n}");
-    }
-    s += "# HELP spillway_pool_nodes Nodes alive per pool.\n# TYPE spillway_pool_nodes gauge\n";
-    s += "# HELP spillway_pool_gpus Ready GPUs per pool.\n# TYPE spillway_pool_gpus gauge\n";
-    s += "# HELP spillway_pool_busy_gpus GPUs running jobs per pool.\n# TYPE spillway_pool_busy_gpus gauge\n";
-    for p in pools(st) {
-        let _ = writeln!(s, "spillway_pool_nodes{{pool=\"{}\",market=\"{}\"}} {}", p.name, p.market, p.nodes);
-        let _ = writeln!(s, "spillway_pool_gpus{{pool=\"{}\"}} {}", p.name, p.gpus);
-        let _ = writeln!(s, "spillway_pool_busy_gpus{{pool=\"{}\"}} {}", p.name, p.busy_gpus);
-    }
-    let k = &c.counters;
-    for (name, help, v) in [
-        ("spillway_nodes_launched_total", "Nodes launched.", k.nodes_launched),
-        ("spillway_launch_failures_total", "Launches that failed.", k.launch_failures),
-        ("spillway_preemptions_total", "Jobs preempted.", k.preemptions),
-        ("spillway_interruptions_total", "Spot interruption notices.", k.interruptions),
-        ("spillway_requeues_total", "Jobs requeued.", k.requeues),
-    ] {
-        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-    }
-    s
 }
 
 #[cfg(test)]

@@ -343,6 +343,7 @@ impl Daemon {
                 seed: 1,
                 reinit: false,
                 run_as: None,
+                metrics_token: None,
             },
             config_name: "http.toml".into(),
             config_text: config.into(),

@@ -529,6 +529,8 @@ impl<'a> Sim<'a> {
                     self.queued_gpus += g;
                 }
             }
+            // The decision record beside it says the same; a simulation posts no webhook.
+            Action::BudgetAlert(_) => {}
             Action::Record(d) => match &self.opts.decisions_to.0 {
                 // A callback that panicked once still gets the rest (the records are all that is in it).
                 Some(sink) => (sink.lock().unwrap_or_else(|e| e.into_inner()))(d),

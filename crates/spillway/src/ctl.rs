@@ -1,11 +1,15 @@
-//! The commands that talk to the daemon over its HTTP API: `submit`, `jobs`, `nodes`, `pools`, `events`, `cost`.
+//! The commands that talk to the daemon over its HTTP API: `submit`, `jobs`, `nodes`, `pools`, `events`, `cost`,
+//! `explain`, `budgets`.
 //! Argument parsing, request building and table rendering; the transport is in [`crate::client`].
 
 use crate::client::{CliError, Client, Conn, EXIT_OTHER, connect, query, segment, show};
 use anyhow::{Context, Result};
 use clap::{ArgAction, Args, Subcommand};
 use serde_json::Value;
-use spillway_api::{CostView, EventView, JobSubmit, JobView, NodeView, PoolScale, PoolView, Protect, WhatIfView};
+use spillway_api::{
+    BudgetView, CostView, EventView, ExplainView, JobSubmit, JobView, NodeView, PoolScale, PoolView, Protect,
+    WhatIfView,
+};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -65,6 +69,19 @@ pub enum CtlCommand {
         /// End of the window (same forms); default now.
         #[arg(long)]
         until: Option<String>,
+    },
+    /// Why a job waits (or ran where it ran), or why a pool has its size and what would change it.
+    Explain {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        what: ExplainCommand,
+    },
+    /// Each team budget ([[budgets]] in the config): spend in its current UTC day or month, and whether its hard
+    /// cap holds.
+    Budgets {
+        #[command(flatten)]
+        conn: Conn,
     },
 }
 
@@ -139,6 +156,16 @@ pub enum NodesCommand {
         #[arg(long)]
         off: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ExplainCommand {
+    /// The chain of reasons a job waits (quota, tier SLO, gang fit, pool at max, cooldown, backoff, budget cap),
+    /// or where and why it ran.
+    Job { id: u32 },
+    /// A pool's size, why it did not grow, its idle nodes, and what it would launch with a higher max or out of
+    /// its cooldown.
+    Pool { name: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -415,6 +442,18 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
             ]);
             show(client.get_json("/v1/cost", &q)?, conn.output, |c: CostView| cost_table(&c))
         }
+        CtlCommand::Explain { conn, what } => {
+            let client = connect(&conn)?;
+            let path = match what {
+                ExplainCommand::Job { id } => format!("/v1/explain/job/{id}"),
+                ExplainCommand::Pool { name } => format!("/v1/explain/pool/{}", segment(&name)),
+            };
+            show(client.get_json(&path, &[])?, conn.output, |e: ExplainView| explain_text(&e))
+        }
+        CtlCommand::Budgets { conn } => {
+            let client = connect(&conn)?;
+            show(client.get_json("/v1/budgets", &[])?, conn.output, |b: Vec<BudgetView>| budgets_table(&b))
+        }
     }
 }
 
@@ -575,18 +614,54 @@ pub fn jobs_table(jobs: &[JobView], now: f64) -> String {
 
 /// Returns one job in detail: the table row plus its command, times and interruptions.
 fn job_detail(j: &JobView, now: f64) -> String {
-    let opt = |t: Option<f64>| t.map(fmt_time).unwrap_or_else(|| "-".into());
-    format!(
-        "{}argv:          {}\nsubmitted:     {}\nstarted:       {}\nended:         {}\ninterruptions: {}\npreemptions:   {}\n",
-        jobs_table(std::slice::from_ref(j), now),
-        j.argv.join(" "),
-        fmt_time(j.submitted_at),
-        opt(j.started_at),
-        opt(j.ended_at),
+    // Times as one token each (`2026-12-02T05:40:00`), so every field splits on spaces.
+    let iso = |at: f64| fmt_time(at).replace(' ', "T");
+    let t = |at: Option<f64>| at.map(iso).unwrap_or_else(|| "-".into());
+    let exit = |code: Option<i32>, signal: Option<i32>| match (code, signal) {
+        (Some(c), _) => format!(" ExitCode={c}"),
+        (None, Some(s)) => format!(" Signal={s}"),
+        _ => String::new(),
+    };
+    let waited = j.started_at.unwrap_or(now) - j.submitted_at;
+    let mut out = format!(
+        "JobId={} Name={} Tier={} Team={}\n   State={}{}{} Attempts={} Interruptions={} Preemptions={}\n   \
+         Gpus={} Workers={} Nodes={} Cost=${:.2}\n   SubmitTime={} StartTime={} EndTime={} Waited={}\n   Command={}\n",
+        j.id,
+        if j.name.is_empty() { "-" } else { &j.name },
+        j.tier,
+        j.team,
+        j.state,
+        j.pending_reason.as_ref().map_or(String::new(), |r| format!(" Reason={r}")),
+        exit(j.exit_code, j.exit_signal),
+        j.attempt,
         j.interruptions,
-        j.preemptions
-    ) + &j.pending_detail.as_ref().map_or(String::new(), |d| format!("waiting:       {d}\n"))
-        + &exit_text(j).map_or(String::new(), |e| format!("exit:          {e}\n"))
+        j.preemptions,
+        j.gpus,
+        j.workers,
+        list(&j.nodes),
+        j.cost_usd,
+        iso(j.submitted_at),
+        t(j.started_at),
+        t(j.ended_at),
+        fmt_duration(waited.max(0.0)),
+        j.argv.join(" ")
+    );
+    if let Some(d) = &j.pending_detail {
+        out += &format!("   Waiting={d}\n");
+    }
+    for a in &j.attempts {
+        out += &format!(
+            "   Attempt={} Nodes={} Start={} End={} Ended={}{} Cost=${:.2}\n",
+            a.attempt,
+            list(&a.nodes),
+            iso(a.started_at),
+            t(a.ended_at),
+            a.end.as_deref().unwrap_or("running"),
+            exit(a.exit_code, a.exit_signal),
+            a.cost_usd
+        );
+    }
+    out
 }
 
 /// Returns how a job that ended by itself exited (`exit code 3`, `signal 9`), when its agent reported it.
@@ -717,6 +792,43 @@ pub fn cost_table(c: &CostView) -> String {
         }));
     }
     render_table(&["GROUP", "KEY", "USD", "NODE_HOURS"], &rows)
+}
+
+/// Renders an explanation: the subject, then one reason a line (with until when, in UTC).
+pub fn explain_text(e: &ExplainView) -> String {
+    let mut out = format!("{}\n", e.subject);
+    for r in &e.reasons {
+        let until = r.until.map(|u| format!(" (until {})", fmt_time(u))).unwrap_or_default();
+        out += &format!("  - {}{until} [{}]\n", r.text, r.code);
+    }
+    out
+}
+
+/// Renders budgets as a table.
+pub fn budgets_table(budgets: &[BudgetView]) -> String {
+    if budgets.is_empty() {
+        return "no budgets ([[budgets]] in the config sets them)\n".into();
+    }
+    let rows: Vec<Vec<String>> = budgets
+        .iter()
+        .map(|b| {
+            let share = if b.limit_usd > 0.0 { b.spent_usd / b.limit_usd * 100.0 } else { 0.0 };
+            let cap = match (b.hard_cap, b.capping) {
+                (_, true) => "capping",
+                (true, false) => "set",
+                (false, _) => "-",
+            };
+            vec![
+                b.team.clone(),
+                b.period.clone(),
+                format!("{:.2}", b.spent_usd),
+                format!("{:.2}", b.limit_usd),
+                format!("{share:.1}%"),
+                cap.into(),
+            ]
+        })
+        .collect();
+    render_table(&["TEAM", "PERIOD", "SPENT_USD", "LIMIT_USD", "SPENT", "HARD_CAP"], &rows)
 }
 
 #[cfg(test)]

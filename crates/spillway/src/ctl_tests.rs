@@ -1,6 +1,7 @@
 //! Unit tests of `ctl.rs`: job files, flag overrides, tables, times.
 
 use super::*;
+use spillway_api::AttemptView;
 
 const GOOD: &str = "name = \"train\"\ntier = \"p0\"\ngpus = 4\nworkers = 2\nargv = [\"python3\", \"train.py\"]\n\
                     interruptible = false\n[env]\nA = \"1\"\nB = \"2\"\n";
@@ -160,9 +161,38 @@ fn a_what_if_answer_says_when_no_waiting_job_may_use_the_pool() {
 fn a_job_that_exited_shows_its_code_or_signal() {
     let failed = JobView { id: 4, state: "failed".into(), exit_code: Some(3), ..JobView::default() };
     assert!(jobs_table(std::slice::from_ref(&failed), 0.0).contains("exit code 3"));
-    assert!(job_detail(&failed, 0.0).contains("exit:          exit code 3"), "{}", job_detail(&failed, 0.0));
+    assert!(job_detail(&failed, 0.0).contains("State=failed ExitCode=3"), "{}", job_detail(&failed, 0.0));
     let killed = JobView { exit_code: None, exit_signal: Some(9), ..failed };
-    assert!(job_detail(&killed, 0.0).contains("signal 9"));
+    assert!(job_detail(&killed, 0.0).contains("Signal=9"));
     let queued = JobView { state: "queued".into(), pending_reason: Some("no_capacity".into()), ..JobView::default() };
-    assert!(!job_detail(&queued, 0.0).contains("exit:"));
+    assert!(job_detail(&queued, 0.0).contains("State=queued Reason=no_capacity"), "{}", job_detail(&queued, 0.0));
+    assert!(!job_detail(&queued, 0.0).contains("ExitCode"));
+}
+
+#[test]
+fn jobs_show_tells_every_attempt() {
+    let a = |attempt, end: &str, code| AttemptView {
+        attempt,
+        nodes: vec![attempt + 2, attempt + 3],
+        started_at: 100.0 * attempt as f64,
+        ended_at: Some(100.0 * attempt as f64 + 50.0),
+        end: Some(end.into()),
+        exit_code: code,
+        exit_signal: None,
+        cost_usd: 1.5,
+    };
+    let j = JobView {
+        id: 7,
+        state: "failed".into(),
+        attempt: 2,
+        exit_code: Some(3),
+        attempts: vec![a(1, "spot interruption, checkpointed", None), a(2, "failed", Some(3))],
+        cost_usd: 3.0,
+        ..JobView::default()
+    };
+    let text = job_detail(&j, 0.0);
+    assert!(text.contains("Attempt=1 Nodes=3,4 Start=1970-01-01T00:01:40 End=1970-01-01T00:02:30"), "{text}");
+    assert!(text.contains("Ended=spot interruption, checkpointed Cost=$1.50"), "{text}");
+    assert!(text.contains("Attempt=2 Nodes=4,5") && text.contains("Ended=failed ExitCode=3"), "{text}");
+    assert!(text.contains("Cost=$3.00"), "{text}");
 }

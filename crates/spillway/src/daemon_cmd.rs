@@ -46,6 +46,10 @@ pub struct ServerArgs {
     /// Where jobs' checkpoint and log directories live (default: <data-dir>/jobs, or <data-dir>-jobs with --run-as).
     #[arg(long, value_name = "DIR")]
     jobs_dir: Option<PathBuf>,
+    /// Make GET /metrics need this token (a 0600 file of one line; Prometheus reads the same file with
+    /// `authorization: {credentials_file: FILE}`); the admin token works too. Default: /metrics is open.
+    #[arg(long, value_name = "FILE")]
+    metrics_token_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -171,6 +175,13 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
             jobs_dir: a.jobs_dir.clone(),
             reinit: a.reinit,
             run_as: a.run_as.clone(),
+            metrics_token: match &a.metrics_token_file {
+                Some(f) => Some(
+                    crate::slurm_cmd::read_token(f)
+                        .map_err(|e| anyhow::anyhow!("--metrics-token-file {}: {e}", f.display()))?,
+                ),
+                None => None,
+            },
         },
         config_name: name,
         config_text: text,

@@ -79,9 +79,8 @@ fn send(verb: &str, req: &Request) -> anyhow::Result<spillway_api::SlurmReply> {
         .map_err(|e| CliError::new(EXIT_OTHER, format!("bad answer from the server to {verb}: {e}")).into())
 }
 
-/// Reads the admin token from `path`: a file only its owner may read (it is the daemon's admin token), of one
-/// short line.
-fn read_token(path: &Path) -> Result<String, String> {
+/// Reads a token from `path`: a regular file only its owner may read, of one short line of printable ASCII.
+pub(crate) fn read_token(path: &Path) -> Result<String, String> {
     use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
     // The type first: opening a FIFO would block.
@@ -91,10 +90,7 @@ fn read_token(path: &Path) -> Result<String, String> {
     let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let meta = f.metadata().map_err(|e| e.to_string())?;
     if meta.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
-            "mode {:o} lets others read the admin token; chmod 600 it",
-            meta.permissions().mode() & 0o777
-        ));
+        return Err(format!("mode {:o} lets others read the token; chmod 600 it", meta.permissions().mode() & 0o777));
     }
     let mut text = String::new();
     f.take(4096).read_to_string(&mut text).map_err(|e| e.to_string())?;

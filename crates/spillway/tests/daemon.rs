@@ -272,7 +272,11 @@ fn a_job_that_fails_tells_how_in_its_view_the_cli_and_the_event_log() {
         .output()
         .expect("runs spillway");
     let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(shown.contains("exit:          exit code 3"), "{shown}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shown.contains("State=failed ExitCode=3"), "{shown}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shown.contains("Attempt=1 ") && shown.contains("Ended=failed ExitCode=3"), "{shown}");
+    let shown_json = d.get(&format!("/v1/jobs/{three}"));
+    assert_eq!(shown_json["attempts"][0]["exit_code"], 3, "{shown_json}");
+    assert_eq!(shown_json["attempts"][0]["end"], "failed", "{shown_json}");
     // `submit --wait` exits with the job's status; `--follow` prints its output on the way.
     let url = format!("http://127.0.0.1:{}", d.port);
     let run = |flag: &str, argv: &[&str]| {
@@ -369,8 +373,8 @@ fn tokens_scope_what_a_caller_can_see_and_do() {
     assert_eq!(s, 200);
     for want in [
         "spillway_jobs{tier=\"p1\",state=\"cancelled\"} 1",
-        "spillway_pool_nodes{pool=\"onprem\",market=\"fixed\"} 2",
-        "spillway_cost_usd_total{market=\"fixed\"}",
+        "spillway_nodes{pool=\"onprem\",market=\"fixed\",state=\"ready\"} 2",
+        "spillway_market_cost_usd_total{market=\"fixed\"}",
         "spillway_queued_gpus{tier=\"p0\"} 0",
     ] {
         assert!(metrics.contains(want), "missing `{want}` in:\n{metrics}");

@@ -1,15 +1,19 @@
 //! The cluster configuration (TOML): tiers, teams, instance types, pools, scheduled policies and engine policy.
 //! [`Config::parse`] reads and validates it; every error names the key and, where it can, the line.
 
+mod budget;
 mod finite;
 mod locate;
+mod prometheus;
 mod secs;
 mod validate;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
+pub use budget::{Alerts, Budget, Period};
 pub use finite::{NonFinite, first_non_finite};
+pub use prometheus::Prometheus;
 pub use validate::ConfigError;
 
 /// Where a pool's nodes come from and how they are paid for.
@@ -219,6 +223,11 @@ pub struct Pool {
     /// Seconds after a node is ready before its utilization counts for target tracking.
     #[serde(default = "default_warmup_s", deserialize_with = "secs::de")]
     pub utilization_warmup_s: f64,
+    /// Where target tracking and step scaling read utilization: a PromQL query against `[prometheus]` (its
+    /// series name nodes by `node_label`, or it is one value for the pool; shares 0-1). Absent: the agents'
+    /// samples. A failed or stale query never scales the pool in.
+    #[serde(default)]
+    pub utilization_query: Option<String>,
     /// Step scaling on the pool's average GPU utilization: bands held for a period add or remove nodes.
     #[serde(default)]
     pub step_scaling: Vec<StepBandConfig>,
@@ -409,6 +418,12 @@ struct RawConfig {
     #[serde(default)]
     quotas: Vec<Quota>,
     #[serde(default)]
+    budgets: Vec<Budget>,
+    #[serde(default)]
+    alerts: Alerts,
+    #[serde(default)]
+    prometheus: Option<Prometheus>,
+    #[serde(default)]
     provider: Option<toml::Table>,
     #[serde(default)]
     slurm: Option<toml::Table>,
@@ -428,6 +443,12 @@ pub struct Config {
     pub policy: Policy,
     /// Account quotas on cloud capacity.
     pub quotas: Vec<Quota>,
+    /// Team budgets per UTC day or month (`[[budgets]]`).
+    pub budgets: Vec<Budget>,
+    /// Where budget alerts go besides the event log (`[alerts]`, read by the daemon's shell).
+    pub alerts: Alerts,
+    /// The Prometheus server pools with a `utilization_query` read (`[prometheus]`, queried by the daemon's shell).
+    pub prometheus: Option<Prometheus>,
     /// The `[provider]` table: where nodes come from (`kind = "local"`, the default, or `"aws"`), read by the
     /// daemon's shell, never by the engine; absent: the local provider.
     pub provider: Option<toml::Table>,

@@ -27,13 +27,13 @@ impl ConfigError {
 }
 
 /// Collects the context for errors: the file name and text to locate keys in.
-struct Ctx<'a> {
+pub(super) struct Ctx<'a> {
     file: &'a str,
     text: &'a str,
 }
 
 impl Ctx<'_> {
-    fn err(&self, table: &str, index: Option<usize>, key: &str, message: String) -> ConfigError {
+    pub(super) fn err(&self, table: &str, index: Option<usize>, key: &str, message: String) -> ConfigError {
         let line = line_of(self.text, table, index, key).or_else(|| line_of(self.text, table, index, ""));
         let key = match (index, key.is_empty()) {
             (Some(i), false) => format!("{table}[{i}].{key}"),
@@ -68,6 +68,8 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
         return Err(cx.err("policy", None, "scan_limit", "must be at least 1".into()));
     }
     check_quotas(&cx, &raw)?;
+    super::budget::check(&cx, &raw.budgets, &raw.alerts, &raw.teams)?;
+    super::prometheus::check(&cx, raw.prometheus.as_ref(), &raw.pools)?;
     if let Some(p) = &raw.provider {
         match p.get("kind").and_then(|k| k.as_str()) {
             Some("aws") => {}
@@ -89,6 +91,9 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
         schedules: raw.schedules,
         policy: raw.policy,
         quotas: raw.quotas,
+        budgets: raw.budgets,
+        alerts: raw.alerts,
+        prometheus: raw.prometheus,
         provider: raw.provider,
         slurm: raw.slurm,
     })
@@ -167,6 +172,15 @@ fn check_teams(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
     for (i, t) in raw.teams.iter().enumerate() {
         if !seen.insert(&t.name) {
             return Err(cx.err("teams", Some(i), "name", format!("team `{}` is defined twice", t.name)));
+        }
+        if t.name.is_empty() || t.name.chars().any(char::is_control) {
+            // A team name appears in tables, alert texts and metric labels: one printable line.
+            return Err(cx.err(
+                "teams",
+                Some(i),
+                "name",
+                format!("{:?} must be non-empty, without control characters", t.name),
+            ));
         }
         if !(t.weight > 0.0 && t.weight.is_finite()) {
             return Err(cx.err("teams", Some(i), "weight", format!("must be > 0, got {}", t.weight)));

@@ -362,7 +362,7 @@ impl World {
                 }
             }
             // No Slurm in this simulation (its configs have no Slurm pools).
-            Effect::SlurmHandBack { .. } => {}
+            Effect::SlurmHandBack { .. } | Effect::Alert { .. } => {}
         }
     }
 
@@ -378,7 +378,7 @@ impl World {
             Effect::TerminateInstance { id } => {
                 self.instances.remove(&id);
             }
-            Effect::List | Effect::SlurmHandBack { .. } => {}
+            Effect::List | Effect::SlurmHandBack { .. } | Effect::Alert { .. } => {}
         }
     }
 
