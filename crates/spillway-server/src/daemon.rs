@@ -128,6 +128,9 @@ impl Shared {
         }
         let (text, start) = stored_config(&store, &opts, config_name, config_text)?;
         let cfg = Config::parse(config_name, &text).map_err(|e| StartError::Config(e.to_string()))?;
+        for w in cfg.warnings() {
+            eprintln!("spillway: {config_name}: warning: {w}");
+        }
         let slurm = crate::slurm::Slurm::from_config(config_name, &text, &cfg).map_err(StartError::Config)?;
         let alerts = cfg.alerts.webhook.clone().map(crate::webhook::Webhook::start);
         let cluster_id = match store.meta("cluster_id")? {

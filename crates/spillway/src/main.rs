@@ -64,8 +64,18 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ConfigCommand {
-    /// Validate a config file; every error names the key and the line.
+    /// Validate a config file: every unknown key and wrong type at once (with line, column and "did you mean"),
+    /// then the first semantic error; prints warnings for settings that are valid but likely wrong.
     Check { file: PathBuf },
+    /// Print a config as the engine reads it: the file's own keys, or with --effective every default filled in.
+    Show {
+        file: PathBuf,
+        /// Fill in every default (tiers merged with the built-in p0, p1, p2).
+        #[arg(long)]
+        effective: bool,
+    },
+    /// Print the reference of every config key, its type, default and meaning (docs/config.md).
+    Reference,
 }
 
 #[derive(Subcommand)]
@@ -115,6 +125,11 @@ fn run() -> Result<()> {
             }
         }
         Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
+        Command::Config { command: ConfigCommand::Show { file, effective } } => config_show(&file, effective),
+        Command::Config { command: ConfigCommand::Reference } => {
+            print!("{}", spillway_core::config::schema::reference());
+            Ok(())
+        }
         Command::Trace { command: TraceCommand::Convert { file, format, out } } => {
             let format: spillway_sim::trace::TraceFormat = format.parse().map_err(anyhow::Error::msg)?;
             let trace = spillway_sim::trace::load(&file, format)?;
@@ -130,6 +145,20 @@ fn run() -> Result<()> {
     }
 }
 
+/// `spillway config show FILE [--effective]`: the file's keys re-written as TOML, or the effective config.
+fn config_show(file: &std::path::Path, effective: bool) -> Result<()> {
+    let cfg = simulate::load_config(Some(file))?;
+    let text = if effective {
+        cfg.effective_toml().map_err(anyhow::Error::msg)?
+    } else {
+        let raw = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let table: toml::Table = toml::from_str(&raw).with_context(|| format!("reading {}", file.display()))?;
+        toml::to_string(&table)?
+    };
+    print!("{text}");
+    Ok(())
+}
+
 /// `spillway config check FILE`: the engine's config, the `[provider]` and `[slurm]` tables; prints a summary.
 fn config_check(file: &std::path::Path) -> Result<()> {
     let cfg = simulate::load_config(Some(file))?;
@@ -141,6 +170,9 @@ fn config_check(file: &std::path::Path) -> Result<()> {
         Ok(None) => String::new(),
         Err(e) => anyhow::bail!(e),
     };
+    for w in cfg.warnings() {
+        eprintln!("{}: warning: {w}", file.display());
+    }
     let nodes: u32 = cfg.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count).sum();
     println!(
         "{}: ok ({} tiers, {} teams, {} instance types, {} pools, {} fixed nodes, {} schedules; {provider}{slurm})",

@@ -55,7 +55,7 @@ impl Period {
 }
 
 /// A team's budget for a period.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     pub team: String,
@@ -75,7 +75,7 @@ fn default_alerts() -> Vec<f64> {
 }
 
 /// Where budget alerts go besides the event log.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Alerts {
     /// An `http://` URL that gets each alert as a JSON POST (retried); absent: the event log only.

@@ -3,10 +3,14 @@
 
 mod budget;
 mod finite;
+mod keys;
 mod locate;
 mod prometheus;
+pub mod schema;
 mod secs;
+mod show;
 mod validate;
+mod warnings;
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -66,8 +70,9 @@ pub struct TierSpec {
 }
 
 /// A resolved tier: what the scheduler and autoscaler read.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Tier {
+    #[serde(skip_serializing)]
     pub name: String,
     /// Lower runs first (`p0` = 0).
     pub priority: u32,
@@ -83,7 +88,9 @@ pub struct Tier {
     pub checkpoint_interval_s: Option<f64>,
     /// How long a job waits for fixed capacity before cloud capacity is bought for it.
     pub burst_after_s: f64,
-    /// How long an interruptible job waits for spot before on-demand capacity is bought for it.
+    /// How long an interruptible job waits for spot before on-demand capacity is bought for it (p2: never, an
+    /// infinite wait, which TOML configs cannot write: left out of `config show --effective`).
+    #[serde(skip_serializing_if = "not_finite")]
     pub spot_fallback_after_s: f64,
     /// Seconds a job needs to write a checkpoint when signalled (on an interruption notice or a migration).
     pub checkpoint_time_s: f64,
@@ -92,7 +99,7 @@ pub struct Tier {
 }
 
 /// A team: fair-share weight and an optional hard quota on GPUs in use.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Team {
     pub name: String,
@@ -104,7 +111,7 @@ pub struct Team {
 }
 
 /// A cloud instance type and its prices.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceType {
     pub name: String,
@@ -120,7 +127,7 @@ pub struct InstanceType {
 
 /// An account limit on cloud capacity: at most `max_vcpus` vCPUs of nodes of `instance_types` in `market` alive
 /// at once (a cloud's per-family quota; the scale-out planner never plans beyond it).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Quota {
     pub name: String,
@@ -154,7 +161,7 @@ impl InstanceType {
 }
 
 /// A group of identical fixed nodes.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FixedNodes {
     pub count: u32,
@@ -164,7 +171,7 @@ pub struct FixedNodes {
 }
 
 /// A pool of one market. Fixed pools list `nodes` and `gpu_usd_per_hour`; cloud pools list `instance_types`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Pool {
     pub name: String,
@@ -241,7 +248,7 @@ pub struct Pool {
 }
 
 /// Who asks for a pool's nodes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PoolScheduler {
     /// Spillway's queue: nodes come and go with its jobs.
@@ -259,7 +266,7 @@ impl Pool {
 }
 
 /// Whether predictive scaling acts or only records what it would do.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PredictiveMode {
     #[default]
@@ -269,7 +276,7 @@ pub enum PredictiveMode {
 
 /// Predictive scaling of a pool: demand is bucketed, forecast (chosen by validation error against a
 /// seasonal-naive reference) and acted on one boot latency plus `buffer_s` ahead, after a day of history.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PredictiveConfig {
     #[serde(default)]
@@ -282,7 +289,7 @@ pub struct PredictiveConfig {
 
 /// A step-scaling band: when the pool's average GPU utilization stays `above` (or `below`) a value for `hold_s`,
 /// add `adjust_nodes` nodes (negative: remove).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct StepBandConfig {
     pub above: Option<f64>,
@@ -294,7 +301,7 @@ pub struct StepBandConfig {
 
 /// A scheduled policy: a cron window (in an IANA time zone) that sets a pool's min, max and/or desired nodes
 /// while it is open; when it closes the pool's own values apply again.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Schedule {
     pub pool: String,
@@ -317,7 +324,7 @@ pub struct Schedule {
 }
 
 /// Engine-wide policy switches and limits.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// Whether higher tiers may preempt strictly lower, preemptible tiers.
@@ -372,7 +379,7 @@ impl Default for Policy {
 }
 
 /// How deadline jobs leave spot (see [`Policy::deadline_policy`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeadlinePolicy {
     #[default]
@@ -381,7 +388,7 @@ pub enum DeadlinePolicy {
 }
 
 /// Cluster identity and the simulator's calendar.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
     #[serde(default = "default_cluster_name")]
@@ -461,9 +468,14 @@ impl Config {
     /// Parses and validates a TOML config; `file` names it in errors. A NaN or infinite number anywhere is
     /// refused with its key path (`pools[1].idle_timeout_s: nan is not a number`).
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
+        // Every unknown key and wrong type at once, before serde stops at the first.
+        if let Some(all) = ConfigError::all(keys::check(file, text)) {
+            return Err(all);
+        }
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::from_toml(file, text, &e))?;
         if let Some(bad) = first_non_finite(text) {
-            return Err(ConfigError { file: file.into(), message: bad.message(), key: bad.key, line: Some(bad.line) });
+            let (message, line) = (bad.message(), Some(bad.line));
+            return Err(ConfigError { file: file.into(), message, key: bad.key, line, column: None, also: Vec::new() });
         }
         validate::resolve(file, text, raw)
     }
@@ -641,6 +653,9 @@ pub fn default_tiers() -> Vec<Tier> {
     ]
 }
 
+fn not_finite(v: &f64) -> bool {
+    !v.is_finite()
+}
 fn one() -> f64 {
     1.0
 }

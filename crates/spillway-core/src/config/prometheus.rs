@@ -7,7 +7,7 @@ use super::{ConfigError, Pool, secs};
 use serde::Deserialize;
 
 /// The Prometheus server that pools with a `utilization_query` read their signal from.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Prometheus {
     /// Its base URL (`http://prometheus:9090`); the query goes to `<url>/api/v1/query`.

@@ -6,23 +6,52 @@ use super::{Config, Market, Pool, RawConfig, Tier, default_tiers};
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
-/// A configuration error: the file, the key (`pools[2].min_nodes`), the line when known, and what is wrong.
+/// A configuration error: the file, the key (`pools[2].min_nodes`), the line (and column) when known, and what is
+/// wrong; `also` holds the file's other errors found in the same pass (shown one per line after this one).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{file}:{}: {key}: {message}", line.map_or_else(|| "?".to_string(), |l| l.to_string()))]
 pub struct ConfigError {
     pub file: String,
     pub key: String,
     pub line: Option<usize>,
     pub message: String,
+    pub column: Option<u32>,
+    pub also: Vec<ConfigError>,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let line = self.line.map_or_else(|| "?".to_string(), |l| l.to_string());
+        let column = self.column.map_or_else(String::new, |c| format!(":{c}"));
+        write!(f, "{}:{line}{column}: {}: {}", self.file, self.key, self.message)?;
+        for e in &self.also {
+            write!(f, "\n{e}")?;
+        }
+        Ok(())
+    }
 }
 
 impl ConfigError {
+    /// Returns the error at `column` of its line.
+    pub(super) fn at_column(self, column: u32) -> ConfigError {
+        ConfigError { column: Some(column), ..self }
+    }
+
+    /// Returns the first of `errors` carrying the others, or `None` for none.
+    pub(super) fn all(mut errors: Vec<ConfigError>) -> Option<ConfigError> {
+        if errors.is_empty() {
+            return None;
+        }
+        let mut first = errors.remove(0);
+        first.also = errors;
+        Some(first)
+    }
+
     /// Wraps a TOML syntax or type error, keeping its line.
     pub(super) fn from_toml(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
         let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
         let message = e.message().trim().to_string();
         // toml names the offending key in its message for unknown fields; keep the message as the key hint.
-        ConfigError { file: file.into(), key: "(syntax)".into(), line, message }
+        ConfigError { file: file.into(), key: "(syntax)".into(), line, message, column: None, also: Vec::new() }
     }
 }
 
@@ -41,7 +70,7 @@ impl Ctx<'_> {
             (None, false) => format!("{table}.{key}"),
             (None, true) => table.to_string(),
         };
-        ConfigError { file: self.file.into(), key, line, message }
+        ConfigError { file: self.file.into(), key, line, message, column: None, also: Vec::new() }
     }
 }
 
