@@ -313,9 +313,11 @@ pub struct NodeView {
     pub instance_type: Option<String>,
     /// `fixed`, `on_demand` or `spot`.
     pub market: String,
-    /// `requested`, `booting`, `ready`, `draining`, `terminated`, `failed` or `lost`.
+    /// `requested`, `booting`, `ready`, `draining`, `terminated`, `failed`, `lost` or `interrupted` (a spot node
+    /// that ended after its interruption notice).
     pub state: String,
     pub gpus: u32,
+    /// GPUs not bound to a job (0 once the node has ended).
     pub free_gpus: u32,
     pub protected: bool,
     /// Jobs running on it.

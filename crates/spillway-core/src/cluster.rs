@@ -147,6 +147,7 @@ impl Cluster {
             gpu_utilization: None,
             protected: false,
             at_risk: false,
+            interrupted: false,
             held: None,
         });
         self.pools[pool].alive += 1;

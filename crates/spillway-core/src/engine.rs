@@ -339,7 +339,12 @@ impl Engine {
             Event::LaunchFailed { node, error } => self.launch_failed(node, error)?,
             Event::NodeLost { node } => self.node_lost(node)?,
             Event::NodeStopped { node } => {
-                self.node_lost(node)?;
+                for job in self.node(node)?.jobs.clone() {
+                    self.requeue(job, StopReason::Shutdown);
+                }
+                if self.c.nodes[node.0 as usize].market != crate::Market::Fixed {
+                    self.node_lost(node)?;
+                }
                 // No pass now: the daemon is stopping. It asks for one at once, which the restarted daemon's first
                 // tick makes (so the requeued jobs do not wait for an unrelated input).
                 self.next_wake = Some(self.now);
@@ -646,6 +651,7 @@ impl Engine {
         }
         let notice_ms = (deadline - self.now).max(0);
         self.c.nodes[node.0 as usize].at_risk = false;
+        self.c.nodes[node.0 as usize].interrupted = true;
         let name = self.cfg.pools[pool].name.clone();
         self.record(
             DecisionKind::Interruption,

@@ -32,8 +32,9 @@ pub enum Event {
     RebalanceRecommendation { node: NodeId },
     /// A node vanished without notice (heartbeat gone); its jobs must be requeued.
     NodeLost { node: NodeId },
-    /// The daemon terminated this node as it stopped: it ends now (its billing stops) and its jobs are requeued,
-    /// and nothing is decided until the next input, so no replacement is bought while the daemon is down.
+    /// The daemon stopped this node's processes as it stopped: its jobs are requeued (`StopReason::Shutdown`); a
+    /// cloud node ends now (its billing stops), an owned node stays (its agent comes back with the daemon).
+    /// Nothing is decided until the next input, so no replacement is bought while the daemon is down.
     NodeStopped { node: NodeId },
     /// A job's attempt exited on its own; `success` is its exit status, `exit` how its process ended when known
     /// (a gang's first failed rank, else rank 0).
@@ -129,6 +130,8 @@ pub enum StopReason {
     Interrupted { checkpoint: bool },
     /// Moved off spot to on-demand after a checkpoint, because its deadline no longer leaves room for spot.
     Migrated,
+    /// The daemon stopped and ended its node's processes; it is requeued and runs again after the restart.
+    Shutdown,
 }
 
 impl std::fmt::Display for StopReason {
@@ -141,6 +144,7 @@ impl std::fmt::Display for StopReason {
             StopReason::Interrupted { checkpoint: true } => write!(f, "spot interruption, checkpointed"),
             StopReason::Interrupted { checkpoint: false } => write!(f, "spot interruption, no time to checkpoint"),
             StopReason::Migrated => write!(f, "moved to on-demand for its deadline"),
+            StopReason::Shutdown => write!(f, "the daemon stopped"),
         }
     }
 }

@@ -40,11 +40,18 @@ impl Engine {
     /// Returns why job `id` waits, ran where it ran, or ended as it did: its reasons, most decisive first.
     /// `None` for an unknown job.
     pub fn explain_job(&self, id: JobId) -> Option<Vec<Reason>> {
+        self.explain_job_at(id, self.now)
+    }
+
+    /// [`Engine::explain_job`] as of `now` (a daemon's clock, ahead of the last decision on a quiet cluster): the
+    /// waits it quotes run to `now`.
+    pub fn explain_job_at(&self, id: JobId, now: Time) -> Option<Vec<Reason>> {
+        let now = now.max(self.now);
         let j = self.c.jobs.get(id.0 as usize)?;
         let tier = &self.cfg.tiers[j.tier];
         let mut out = Vec::new();
         match j.state {
-            JobState::Queued => out.extend(self.why_waiting(id)),
+            JobState::Queued => out.extend(self.why_waiting(id, now)),
             JobState::Running => {
                 let pool = j.placement.first().map(|(n, _)| self.c.nodes[n.0 as usize].pool);
                 let name = pool.map_or("?", |p| self.cfg.pools[p].name.as_str());
@@ -62,19 +69,21 @@ impl Engine {
                 out.push(Reason::new("running", text).on(name).until(None));
             }
             _ => {
-                let how = j.exit.map_or_else(|| "no exit status".to_string(), |e| format!("{e:?}"));
-                out.push(Reason::new(
-                    "ended",
-                    format!("the job ended ({:?}, {how}) after {} attempt(s)", j.state, j.attempt),
-                ));
+                let how = j.exit.map_or_else(|| "no exit status".to_string(), |e| e.to_string());
+                let state = match j.state {
+                    JobState::Succeeded => "succeeded",
+                    JobState::Failed => "failed",
+                    _ => "cancelled",
+                };
+                out.push(Reason::new("ended", format!("the job {state} ({how}) after {} attempt(s)", j.attempt)));
             }
         }
         Some(out)
     }
 
     /// Returns the reasons a queued job waits: its pending reason, then what holds it back in each pool it may use.
-    fn why_waiting(&self, id: JobId) -> Vec<Reason> {
-        let (j, now) = (&self.c.jobs[id.0 as usize], self.now);
+    fn why_waiting(&self, id: JobId, now: Time) -> Vec<Reason> {
+        let j = &self.c.jobs[id.0 as usize];
         let tier = &self.cfg.tiers[j.tier];
         let (g, w) = (j.spec.gpus_per_worker, j.spec.workers);
         let waited = (now - j.queued_since) / 1000;
@@ -108,7 +117,15 @@ impl Engine {
             out.push(Reason::new("budget_cap", text));
         }
         let access = Access::of(j, now);
+        let capped = self.team_capped(j.team);
         for p in job_pools(&self.cfg, &self.pool_order[j.tier], access) {
+            // A capped team's work buys nothing: what else would stop a cloud pool growing is beside the point.
+            if capped && self.cfg.pools[p].market != Market::Fixed {
+                let name = self.cfg.pools[p].name.as_str();
+                let text = format!("pool {name}: buys nothing for team {} (budget cap)", team.name);
+                out.push(Reason::new("budget_cap", text).on(name));
+                continue;
+            }
             out.extend(self.pool_for_job(id, p));
         }
         out
@@ -167,6 +184,12 @@ impl Engine {
     /// not grow, idle nodes and when they go, and what it would launch with a higher max or out of cooldown.
     /// `None` for an unknown pool.
     pub fn explain_pool(&self, name: &str) -> Option<Vec<Reason>> {
+        self.explain_pool_at(name, self.now)
+    }
+
+    /// [`Engine::explain_pool`] as of `now` (see [`Engine::explain_job_at`]).
+    pub fn explain_pool_at(&self, name: &str, now: Time) -> Option<Vec<Reason>> {
+        let now = now.max(self.now);
         let p = self.cfg.pools.iter().position(|x| x.name == name)?;
         let pool = &self.cfg.pools[p];
         let alive: Vec<&crate::model::Node> = self.c.nodes.iter().filter(|n| n.pool == p && n.alive()).collect();
@@ -196,18 +219,25 @@ impl Engine {
                 Reason::new(why.code(), format!("its last pass did not grow it: {}", why.describe(self.now))).on(name),
             );
         }
+        if let Some(why) = &self.signal_lost[p] {
+            let text = format!("its utilization signal is missing, so it holds its nodes (no scale-in): {why}");
+            out.push(Reason::new("metric_lost", text).on(name));
+        }
         let idle_ms = secs(pool.idle_timeout_s);
+        let floor = self.c.pools[p].policy_min;
         for n in alive.iter().filter(|n| n.state == NodeState::Ready && n.jobs.is_empty()) {
-            let since = n.idle_since.unwrap_or(self.now);
+            let since = n.idle_since.unwrap_or(now);
             let text = if n.protected || pool.scale_in_protection {
                 format!("node {} is idle and protected from scale-in", n.id.0)
             } else if alive.len() as u32 <= pool.min_nodes {
                 format!("node {} is idle, kept for the pool's min of {}", n.id.0, pool.min_nodes)
+            } else if alive.len() as u32 <= floor {
+                format!("node {} is idle, kept: the pool's scaling policies want {floor} node(s)", n.id.0)
             } else {
                 format!(
                     "node {} is idle since {} s; it goes after the idle timeout of {} s",
                     n.id.0,
-                    (self.now - since) / 1000,
+                    (now - since) / 1000,
                     pool.idle_timeout_s
                 )
             };

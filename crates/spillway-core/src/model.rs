@@ -261,6 +261,8 @@ pub struct Node {
     pub protected: bool,
     /// The cloud recommended moving off this node (see [`crate::Event::RebalanceRecommendation`]).
     pub at_risk: bool,
+    /// The cloud gave the node an interruption notice: once it ends, it was reclaimed (not lost).
+    pub interrupted: bool,
     /// Set for a node another scheduler asked for by name ([`crate::Event::NodeRequested`]).
     pub held: Option<Box<Hold>>,
 }

@@ -209,6 +209,7 @@ mod tests {
             gpu_utilization: None,
             protected: false,
             at_risk: false,
+            interrupted: false,
             held: None,
         }
     }

@@ -20,31 +20,20 @@ impl Engine {
     /// pool's min: scale-out buys up to it, idle nodes are kept while it holds them. Records the winning policy.
     pub(crate) fn track_targets(&mut self, wake: &mut WakeAt) {
         use crate::autoscale::step_scaling::StepOutcome;
-        use crate::autoscale::target_tracking::{NodeSample, ScaleTimes, TargetTracking, warm_average};
+        use crate::autoscale::target_tracking::{ScaleTimes, TargetTracking, warm_average};
         for p in 0..self.cfg.pools.len() {
             let pool = &self.cfg.pools[p];
             if pool.target_gpu_utilization.is_none() && self.steps[p].is_none() && pool.predictive.is_none() {
                 continue;
             }
-            let st = &self.c.pools[p];
-            let samples: Vec<NodeSample> = st
-                .ready
-                .iter()
-                .map(|n| &self.c.nodes[n.0 as usize])
-                .map(|n| NodeSample {
-                    launched_at: n.ready_at.unwrap_or(n.requested_at),
-                    value: n.gpu_utilization.unwrap_or(f64::NAN),
-                })
-                .collect();
+            let samples = self.pool_samples(p, wake);
             let mut proposals = Vec::new();
             // Without a signal the utilization policies have nothing to say; the pool holds (below).
-            let lost = self.signal_lost[p].is_some();
+            let lost_why = self.signal_missing(p);
+            self.note_signal(p, &lost_why);
+            let (lost, pool) = (lost_why.is_some(), &self.cfg.pools[p]);
+            let st = &self.c.pools[p];
             if let Some(target) = pool.target_gpu_utilization.filter(|_| !lost) {
-                // A node's sample counts once it is warm, and no scale-in while one warms up: look again then.
-                let warmup = secs(pool.utilization_warmup_s);
-                for s in samples.iter().filter(|s| s.launched_at + warmup > self.now) {
-                    wake.at(s.launched_at + warmup);
-                }
                 let policy = TargetTracking {
                     metric: "gpu_utilization".into(),
                     target,
@@ -74,7 +63,7 @@ impl Engine {
             let decision = crate::autoscale::combine(&proposals, alive);
             let mut want = if proposals.is_empty() { 0 } else { decision.desired_nodes.min(max) };
             let (mut code, mut detail) = (decision.code.as_str(), decision.detail);
-            if let Some(why) = &self.signal_lost[p]
+            if let Some(why) = &lost_why
                 && want < alive.min(max)
             {
                 want = alive.min(max);
@@ -88,45 +77,79 @@ impl Engine {
         }
     }
 
+    /// Returns the samples of pool `p`'s ready nodes (NaN: none), and asks to wake when a node warms up: its
+    /// sample counts from then on, no scale-in happens while one warms up, and a query pool wants its sample.
+    fn pool_samples(&self, p: usize, wake: &mut WakeAt) -> Vec<crate::autoscale::target_tracking::NodeSample> {
+        let pool = &self.cfg.pools[p];
+        let samples: Vec<_> = (self.c.pools[p].ready.iter().map(|n| &self.c.nodes[n.0 as usize]))
+            .map(|n| crate::autoscale::target_tracking::NodeSample {
+                launched_at: n.ready_at.unwrap_or(n.requested_at),
+                value: n.gpu_utilization.unwrap_or(f64::NAN),
+            })
+            .collect();
+        let warmup = secs(pool.utilization_warmup_s);
+        if pool.target_gpu_utilization.is_some() || pool.utilization_query.is_some() {
+            for s in samples.iter().filter(|s| s.launched_at + warmup > self.now) {
+                wake.at(s.launched_at + warmup);
+            }
+        }
+        samples
+    }
+
     /// Takes what a pool's utilization query answered ([`crate::Event::PoolMetric`]): each ready node's sample
-    /// is set from it or cleared, and the pool's signal counts as missing while the query fails or a warm ready
-    /// node has no sample (its exporter stopped, so Prometheus marked its series stale). Records when the signal
-    /// goes missing and when it is back.
+    /// is set from it or cleared; an error is kept as why the signal is missing until an answer comes.
     pub(crate) fn pool_metric(
         &mut self,
         pool: usize,
         samples: Vec<(NodeId, f64)>,
         error: Option<String>,
     ) -> Result<(), EventError> {
-        let cfg = self.cfg.pools.get(pool).ok_or(EventError::UnknownPool(pool))?;
-        let (warmup, name) = (secs(cfg.utilization_warmup_s), cfg.name.clone());
+        self.cfg.pools.get(pool).ok_or(EventError::UnknownPool(pool))?;
         let given: BTreeMap<NodeId, f64> = samples.into_iter().filter(|(_, v)| v.is_finite()).collect();
-        let mut missing = Vec::new();
         for &id in &self.c.pools[pool].ready {
             let n = &mut self.c.nodes[id.0 as usize];
             n.gpu_utilization = given.get(&id).filter(|_| error.is_none()).map(|v| v.clamp(0.0, 1.0));
-            if n.gpu_utilization.is_none() && n.ready_at.unwrap_or(n.requested_at) + warmup <= self.now {
-                missing.push(id.0.to_string());
-            }
         }
-        let lost = error.or_else(|| {
-            (!missing.is_empty()).then(|| format!("the query has no sample for warm node(s) {}", missing.join(", ")))
-        });
         self.fresh_samples[pool] = true;
-        let code = match (&self.signal_lost[pool], &lost) {
-            (None, Some(_)) => "metric_lost",
-            (Some(_), None) => "metric_restored",
-            _ => "",
-        };
-        if !code.is_empty() {
-            let detail = match &lost {
-                Some(why) => format!("utilization signal missing, no scale-in until it is back: {why}"),
-                None => "utilization signal is back".to_string(),
-            };
-            self.record(DecisionKind::NodeKept, || format!("pool:{name}"), code, || detail);
-        }
-        self.signal_lost[pool] = lost;
+        self.signal_error[pool] = error;
         Ok(())
+    }
+
+    /// Returns why pool `p`'s utilization signal (its `utilization_query`) was missing at the last decision pass,
+    /// or `None` while it is there (and for a pool without a query or an unknown pool).
+    pub fn utilization_signal(&self, p: usize) -> Option<&str> {
+        self.signal_lost.get(p)?.as_deref()
+    }
+
+    /// Returns why pool `p`'s utilization signal is missing now, if it reads a query: the query's last answer
+    /// was an error, or a ready node past its warm-up has no sample (its exporter stopped, so Prometheus marked
+    /// its series stale, or no answer has come since it warmed up).
+    pub(crate) fn signal_missing(&self, p: usize) -> Option<String> {
+        let pool = &self.cfg.pools[p];
+        pool.utilization_query.as_ref()?;
+        if let Some(e) = &self.signal_error[p] {
+            return Some(e.clone());
+        }
+        let warmup = secs(pool.utilization_warmup_s);
+        let missing: Vec<String> = (self.c.pools[p].ready.iter().map(|id| &self.c.nodes[id.0 as usize]))
+            .filter(|n| n.gpu_utilization.is_none() && n.ready_at.unwrap_or(n.requested_at) + warmup <= self.now)
+            .map(|n| n.id.0.to_string())
+            .collect();
+        (!missing.is_empty()).then(|| format!("the query has no sample for warm node(s) {}", missing.join(", ")))
+    }
+
+    /// Records when pool `p`'s signal goes missing, changes why, or is back.
+    fn note_signal(&mut self, p: usize, why: &Option<String>) {
+        if &self.signal_lost[p] == why {
+            return;
+        }
+        let (code, detail) = match why {
+            Some(w) => ("metric_lost", format!("utilization signal missing, no scale-in until it is back: {w}")),
+            None => ("metric_restored", "utilization signal is back".to_string()),
+        };
+        let name = self.cfg.pools[p].name.clone();
+        self.record(DecisionKind::NodeKept, || format!("pool:{name}"), code, || detail);
+        self.signal_lost[p] = why.clone();
     }
 
     /// Records the pool's GPU demand (busy GPUs on ready nodes plus GPUs of nodes being bought) into its bucket

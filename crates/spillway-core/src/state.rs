@@ -34,8 +34,9 @@ pub struct Engine {
     pub(crate) fresh_samples: Vec<bool>,
     /// Per pool: what step scaling proposed at its last batch of samples (it stands until the next).
     pub(crate) step_proposals: Vec<Option<crate::autoscale::Proposal>>,
-    /// Per pool with a utilization query: why its signal is missing now (`None`: it is there), see
-    /// [`crate::Event::PoolMetric`].
+    /// Per pool with a utilization query: the error of its last answer, if it was one (see
+    /// [`crate::Event::PoolMetric`]), and why its signal was missing at the last pass (`None`: it was there).
+    pub(crate) signal_error: Vec<Option<String>>,
     pub(crate) signal_lost: Vec<Option<String>>,
     /// Per pool: why it did not grow for the demand of the last pass (a `scale_out_blocked` decision is recorded
     /// when that changes).
@@ -82,6 +83,7 @@ impl Engine {
             history,
             fresh_samples: vec![false; cfg_pools],
             step_proposals: vec![None; cfg_pools],
+            signal_error: vec![None; cfg_pools],
             signal_lost: vec![None; cfg_pools],
             not_grown: vec![None; cfg_pools],
             last_blocked: Vec::new(),

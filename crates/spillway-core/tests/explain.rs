@@ -161,6 +161,17 @@ fn a_job_of_a_capped_team_says_its_budget_holds_it() {
     let r = h.e.explain_job(j).unwrap();
     assert!(codes(&r).contains(&"budget_cap"), "{r:#?}");
     assert!(find(&r, "budget_cap").text.contains("team a"), "{r:#?}");
+    // No cloud pool is said to be free to grow for it: the cap is what holds it.
+    assert!(!codes(&r).contains(&"may_grow"), "{r:#?}");
+    assert!(r.iter().any(|x| x.code == "budget_cap" && x.pool.as_deref() == Some("od")), "{r:#?}");
+    // Waits run to the clock asked about, not the last decision.
+    let waited = |r: &[Reason]| -> i64 {
+        let t = &r[0].text;
+        let at = t.find("waiting ").map(|i| &t[i + 8..]).unwrap_or("");
+        at.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or(-1)
+    };
+    let later = h.e.explain_job_at(j, h.in_s(100.0)).unwrap();
+    assert_eq!(waited(&later) - waited(&r), 100, "{r:#?}\n{later:#?}");
     let running = h.e.explain_job(JobId(0)).unwrap();
     assert_eq!(codes(&running), ["running"], "{running:#?}");
 }

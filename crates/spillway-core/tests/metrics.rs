@@ -97,23 +97,49 @@ fn a_pool_on_a_query_never_scales_in_while_its_signal_is_missing() {
 
     // The query fails: no scale-in however long the nodes sit idle, and the log says why.
     answer(&mut h, 510.0, vec![], Some("asking http://p:9090/api/v1/query: timed out"));
-    let lost = h.records_of(spillway_core::DecisionKind::NodeKept, "metric_lost");
-    assert_eq!(lost.len(), 1);
-    assert!(lost[0].detail.contains("timed out"), "{}", lost[0].detail);
+    let lost = |h: &Harness| -> Vec<String> {
+        h.records_of(spillway_core::DecisionKind::NodeKept, "metric_lost").iter().map(|d| d.detail.clone()).collect()
+    };
+    assert!(lost(&h).last().is_some_and(|d| d.contains("timed out")), "{:?}", lost(&h));
+    let recorded = lost(&h).len();
     h.run_until(2000.0);
     assert_eq!(h.alive(1), 2, "scaled in on a failed query");
+    assert_eq!(lost(&h).len(), recorded, "recorded when it changes, not at every pass");
 
-    // The query answers for one warm node only (the other's series went stale): still missing, still no scale-in.
+    // The query answers for one warm node only (the other's series went stale): still missing, still no scale-in,
+    // and the record says why now.
     answer(&mut h, 2010.0, vec![(a, 0.05)], None);
     h.run_until(3000.0);
     assert_eq!(h.alive(1), 2, "scaled in with a warm node missing from the answer");
-    assert_eq!(h.records_of(spillway_core::DecisionKind::NodeKept, "metric_lost").len(), 1, "recorded once");
+    let why = format!("no sample for warm node(s) {}", b.0);
+    assert!(lost(&h).last().is_some_and(|d| d.contains(&why)), "{:?}", lost(&h));
 
     // Both answer, idle: the signal is back and the pool goes down to its min.
+    let restored = h.records_of(spillway_core::DecisionKind::NodeKept, "metric_restored").len();
     answer(&mut h, 3010.0, vec![(a, 0.05), (b, 0.05)], None);
-    assert_eq!(h.records_of(spillway_core::DecisionKind::NodeKept, "metric_restored").len(), 1);
+    assert_eq!(h.records_of(spillway_core::DecisionKind::NodeKept, "metric_restored").len(), restored + 1);
     h.run_until(4000.0);
     assert_eq!(h.alive(1), 1, "the signal says idle: the pool scales in");
+}
+
+#[test]
+fn nodes_bought_before_the_first_answer_are_held_until_the_signal_comes() {
+    let mut h = Harness::new(&pool(QUERY));
+    warm(&mut h);
+    // Two 8-GPU jobs of 100 s: one on the min node, one on a node bought for it. No answer has come yet.
+    for _ in 0..2 {
+        let id = h.submit(spec("p0", 8, 1));
+        h.runs_for(id, 100.0);
+    }
+    h.run_world(2000.0, 30.0);
+    assert_eq!(h.alive(1), 2, "idle nodes went before the query ever answered");
+    assert!(!h.records_of(spillway_core::DecisionKind::NodeKept, "metric_lost").is_empty());
+    // The first answer says idle: now the pool goes down to its min.
+    let ready: Vec<NodeId> = (1..=2).map(NodeId).filter(|&n| h.node(n).ready_at.is_some()).collect();
+    assert_eq!(ready.len(), 2);
+    answer(&mut h, 2010.0, ready.iter().map(|&n| (n, 0.0)).collect(), None);
+    h.run_until(3000.0);
+    assert_eq!(h.alive(1), 1);
 }
 
 #[test]

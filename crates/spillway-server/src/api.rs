@@ -235,7 +235,8 @@ fn whole(name: &str, v: Option<&str>) -> ApiResult<Option<u32>> {
 pub(crate) fn path_id(p: RawPath) -> ApiResult<u32> {
     let bad_id = |what: &str| ApiError::field(StatusCode::BAD_REQUEST, "id", format!("{what} is not an id"));
     match p {
-        Ok(Path(s)) => s.parse().map_err(|_| bad_id(&shown(&s))),
+        // One spelling per id (`7`, not `+7` or `007`), so an id never reads as another resource's name.
+        Ok(Path(s)) => s.parse::<u32>().ok().filter(|n| n.to_string() == s).ok_or_else(|| bad_id(&shown(&s))),
         Err(_) => Err(bad_id("the path segment")),
     }
 }
@@ -305,7 +306,7 @@ async fn submit(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Respo
     let id = st
         .apply(now, Entry::Submit { spec, command })?
         .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no job id"))?;
-    let view = st.engine.job(id).map(|j| views::job(&st, j));
+    let view = st.engine.job(id).map(|j| views::job(&st, j, now));
     drop(st);
     s.flush();
     Ok((StatusCode::CREATED, axum::Json(view)).into_response())
@@ -395,7 +396,7 @@ async fn list_jobs(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> 
         Principal::Team(t) => Some(index(t)),
     };
     let team = q.team.as_deref().map(index);
-    let page = views::jobs_page(&st, from, limit, |j| {
+    let page = views::jobs_page(&st, s.now(), from, limit, |j| {
         visible.is_none_or(|v| v == Some(j.team))
             && team.is_none_or(|v| v == Some(j.team))
             && state.is_none_or(|x| x == j.state)
@@ -412,7 +413,7 @@ async fn list_jobs(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> 
 pub(crate) fn visible(s: &Shared, who: &Principal, id: u32) -> ApiResult<spillway_api::JobView> {
     let st = s.state();
     let j = st.engine.job(JobId(id)).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no job {id}")))?;
-    let v = views::job(&st, j);
+    let v = views::job(&st, j, s.now());
     drop(st);
     match who {
         Principal::Team(t) if *t != v.team => {
@@ -438,7 +439,7 @@ async fn cancel_job(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<R
     }
     let mut st = s.state();
     st.apply(now_ms(), Entry::Event(Event::CancelJob { job: JobId(id) }))?;
-    let v = st.engine.job(JobId(id)).map(|j| views::job(&st, j));
+    let v = st.engine.job(JobId(id)).map(|j| views::job(&st, j, s.now()));
     drop(st);
     s.flush();
     Ok(axum::Json(v).into_response())
@@ -448,11 +449,40 @@ async fn cancel_job(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<R
 /// The most of each worker's log `GET /v1/jobs/{id}/logs` returns: its last 8 MiB.
 const MAX_LOG_BYTES: u64 = 8 << 20;
 
-async fn job_logs(State(s): S, headers: HeaderMap, id: RawPath) -> ApiResult<Response> {
+/// What `GET /v1/jobs/{id}/logs` may be asked: one rank's log from a byte offset (what `logs --follow` reads).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogQuery {
+    rank: Option<u32>,
+    from: Option<u64>,
+}
+
+/// The most bytes one `?rank=&from=` read returns (a follower reads again for the rest).
+const LOG_CHUNK_BYTES: u64 = 1 << 20;
+
+/// `GET /v1/jobs/{id}/logs`: the tail of every rank's log (with a `==> rank N <==` line before each of a gang's);
+/// with `?rank=R[&from=N]`, the raw bytes of rank R's log from byte N (at most 1 MiB; empty at its end).
+async fn job_logs(State(s): S, headers: HeaderMap, id: RawPath, RawQuery(raw): RawQuery) -> ApiResult<Response> {
     let who = user(&s, &headers)?;
     let id = path_id(id)?;
+    let q: LogQuery = query(raw.as_deref())?;
     let v = visible(&s, &who, id)?;
     let dir = s.job_dir(id).join("logs");
+    if let Some(rank) = q.rank {
+        if rank >= v.workers {
+            return Err(bad(
+                "rank",
+                format!("job {id} has {} rank(s): 0 to {}", v.workers, v.workers.saturating_sub(1)),
+            ));
+        }
+        let name = format!("rank-{rank}.log");
+        let bytes =
+            crate::datadir::read_log_from(&dir, &name, q.from.unwrap_or(0), LOG_CHUNK_BYTES).unwrap_or_default();
+        return Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response());
+    }
+    if q.from.is_some() {
+        return Err(bad("from", "`from` reads one rank's log: give `rank` too"));
+    }
     let mut text = String::new();
     for rank in 0..v.workers {
         if let Some(t) = crate::datadir::read_log_tail(&dir, &format!("rank-{rank}.log"), MAX_LOG_BYTES) {

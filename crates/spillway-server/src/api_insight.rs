@@ -68,7 +68,7 @@ pub(crate) async fn explain_job(State(s): S, headers: HeaderMap, id: RawPath) ->
     let id = path_id(id)?;
     visible(&s, &who, id)?;
     let st = s.state();
-    let reasons = st.engine.explain_job(JobId(id)).unwrap_or_default();
+    let reasons = st.engine.explain_job_at(JobId(id), s.now()).unwrap_or_default();
     Ok(axum::Json(explained(format!("job:{id}"), reasons)).into_response())
 }
 
@@ -77,7 +77,7 @@ pub(crate) async fn explain_pool(State(s): S, headers: HeaderMap, name: RawPath)
     user(&s, &headers)?;
     let name = path_name(name)?;
     let st = s.state();
-    let Some(reasons) = st.engine.explain_pool(&name) else {
+    let Some(reasons) = st.engine.explain_pool_at(&name, s.now()) else {
         return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no pool {}", shown(&name))));
     };
     Ok(axum::Json(explained(format!("pool:{name}"), reasons)).into_response())

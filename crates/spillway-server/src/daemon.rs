@@ -9,7 +9,6 @@ use crate::tokens::TokenUse;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use spillway_api::{Heartbeat, HeartbeatReply};
-use spillway_core::config::Market;
 use spillway_core::{Config, Engine, Event, NodeId, Time};
 use spillway_providers::{Provider, ProviderError};
 use std::collections::{BTreeMap, BTreeSet};
@@ -457,14 +456,12 @@ impl Shared {
                 stopped.push(node);
             }
         }
-        // The cloud nodes end now, in the log: no cost is booked for them while the daemon is down. Owned nodes
-        // are paid for anyway; their jobs are requeued when the restarted daemon finds them gone.
+        // Their jobs stop now, in the log, so no job is billed or counted as running while the daemon is down; the
+        // cloud nodes end now too. Owned nodes stay: the restarted daemon starts their agents again.
         let mut st = self.state();
         let now = self.now();
         for node in stopped {
-            let cloud =
-                st.engine.cluster().nodes.get(node as usize).is_some_and(|n| n.alive() && n.market != Market::Fixed);
-            if cloud {
+            if st.engine.cluster().nodes.get(node as usize).is_some_and(|n| n.alive()) {
                 let _ = st.apply(now, Entry::Event(Event::NodeStopped { node: NodeId(node) }));
             }
         }

@@ -63,20 +63,33 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// directory, so neither may be a symlink and the file must be a regular file: the daemon (maybe root) never reads
 /// through a link a job planted (to `tokens.json`, say).
 pub fn read_log_tail(dir: &Path, name: &str, max: u64) -> Option<String> {
-    use std::io::SeekFrom;
-    if std::fs::symlink_metadata(dir).ok()?.file_type().is_symlink() {
-        return None;
-    }
-    let mut f =
-        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(dir.join(name)).ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file() {
-        return None;
-    }
-    f.seek(SeekFrom::Start(meta.len().saturating_sub(max))).ok()?;
+    let (mut f, len) = open_log(dir, name)?;
+    f.seek(std::io::SeekFrom::Start(len.saturating_sub(max))).ok()?;
     let mut buf = Vec::new();
     f.take(max).read_to_end(&mut buf).ok()?;
     Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Returns up to `max` bytes of log `name` in `dir` from byte `from` (empty at or past its end), refusing links
+/// and anything but a plain file like [`read_log_tail`]; `None` when there is no such file.
+pub fn read_log_from(dir: &Path, name: &str, from: u64, max: u64) -> Option<Vec<u8>> {
+    let (mut f, _) = open_log(dir, name)?;
+    f.seek(std::io::SeekFrom::Start(from)).ok()?;
+    let mut buf = Vec::new();
+    f.take(max).read_to_end(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// Opens log `name` in `dir` for reading, with its length: not through a link (the directory or the file), and
+/// only a plain file (a FIFO a job left there would block the reader).
+fn open_log(dir: &Path, name: &str) -> Option<(std::fs::File, u64)> {
+    if std::fs::symlink_metadata(dir).ok()?.file_type().is_symlink() {
+        return None;
+    }
+    let f =
+        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(dir.join(name)).ok()?;
+    let meta = f.metadata().ok()?;
+    meta.is_file().then_some((f, meta.len()))
 }
 
 /// Checks that jobs can run as `user`: the daemon runs as root and the user exists.

@@ -93,7 +93,8 @@ pub fn node_shares(series: &[Series], ready: &[u32]) -> Result<Vec<(NodeId, f64)
         if (0.0..=1.0).contains(&v) {
             Ok(v)
         } else {
-            Err(format!("{what}: {v} is not a share in [0, 1] (divide a percentage by 100)"))
+            let hint = if v > 1.0 && v <= 100.0 { " (divide a percentage by 100)" } else { "" };
+            Err(format!("{what}: {v} is not a share in [0, 1]{hint}"))
         }
     };
     if let [Series { node: None, value }] = series {
@@ -109,7 +110,10 @@ pub fn node_shares(series: &[Series], ready: &[u32]) -> Result<Vec<(NodeId, f64)
                 series.len()
             ));
         };
-        let Some(n) = name.parse::<u32>().ok().filter(|n| ready.contains(n)) else { continue };
+        // A node's id as the API spells it (`7`, not `07` or `+7`, which would count twice).
+        let Some(n) = name.parse::<u32>().ok().filter(|n| n.to_string() == *name && ready.contains(n)) else {
+            continue;
+        };
         if found.insert(n, check(&format!("node {n}"), s.value)?).is_some() {
             return Err(format!("two series for node {n}: aggregate by the node label"));
         }
@@ -130,18 +134,31 @@ impl Shared {
         Some(tokio::spawn(async move {
             let agent = client(&prom);
             let every = Duration::from_secs_f64(prom.interval_s);
+            let mut last = BTreeMap::new();
             loop {
                 let (p, prom, agent) = (me.clone(), prom.clone(), agent.clone());
-                if tokio::task::spawn_blocking(move || p.poll_prometheus(&prom, &agent)).await.is_err() {
-                    return;
+                let polled = tokio::task::spawn_blocking(move || {
+                    p.poll_prometheus(&prom, &agent, &mut last);
+                    last
+                });
+                match polled.await {
+                    Ok(l) => last = l,
+                    Err(_) => return,
                 }
                 tokio::time::sleep(every).await;
             }
         }))
     }
 
-    /// Runs every pool's utilization query once and hands the answers to the engine.
-    pub fn poll_prometheus(self: &Arc<Self>, prom: &Prometheus, agent: &ureq::Agent) {
+    /// Runs every pool's utilization query once and hands the answers to the engine, except an error equal to the
+    /// one `last` holds for the pool (it changes nothing, and would only grow the log while Prometheus is down).
+    /// Prints each change of a pool's signal (missing, why, back) as the engine sees it.
+    pub fn poll_prometheus(
+        self: &Arc<Self>,
+        prom: &Prometheus,
+        agent: &ureq::Agent,
+        last: &mut BTreeMap<usize, String>,
+    ) {
         let queries: Vec<(usize, String)> = {
             let st = self.state();
             let pools = &st.engine.config().pools;
@@ -162,12 +179,23 @@ impl Shared {
                 Ok(samples) => (samples, None),
                 Err(e) => (Vec::new(), Some(e)),
             };
-            if let Some(e) = &error {
-                eprintln!("spillway: utilization query of pool {}: {e}", st.engine.config().pools[pool].name);
-            }
+            match &error {
+                Some(e) if last.get(&pool) == Some(e) => continue,
+                Some(e) => last.insert(pool, e.clone()),
+                None => last.remove(&pool),
+            };
+            let before = st.engine.utilization_signal(pool).map(str::to_string);
             let now = self.now();
             if let Err(e) = st.observe(now, Entry::Event(Event::PoolMetric { pool, samples, error })) {
                 eprintln!("spillway: utilization query: {e}");
+            }
+            let after = st.engine.utilization_signal(pool);
+            if before.as_deref() != after {
+                let name = &st.engine.config().pools[pool].name;
+                match after {
+                    Some(why) => eprintln!("spillway: pool {name}: utilization signal missing (no scale-in): {why}"),
+                    None => eprintln!("spillway: pool {name}: utilization signal is back"),
+                }
             }
             self.check_fatal(&st);
             drop(st);
@@ -224,7 +252,9 @@ mod tests {
         let pool = node_shares(&[s(None, 0.7)], &[3, 4]).unwrap();
         assert_eq!(pool, vec![(NodeId(3), 0.7), (NodeId(4), 0.7)]);
         assert!(node_shares(&[s(Some("3"), 87.0)], &[3]).unwrap_err().contains("divide a percentage"));
-        assert!(node_shares(&[s(Some("3"), f64::NAN)], &[3]).is_err());
+        let nan = node_shares(&[s(Some("3"), f64::NAN)], &[3]).unwrap_err();
+        assert!(nan.contains("NaN is not a share") && !nan.contains("percentage"), "{nan}");
+        assert_eq!(node_shares(&[s(Some("03"), 0.5), s(Some("+3"), 0.5)], &[3]).unwrap(), vec![], "one spelling");
         assert!(node_shares(&[s(Some("3"), 0.1), s(Some("3"), 0.2)], &[3]).unwrap_err().contains("two series"));
         assert!(node_shares(&[s(None, 0.1), s(None, 0.2)], &[3]).unwrap_err().contains("aggregate"));
         assert_eq!(node_shares(&[], &[3]).unwrap(), vec![]);

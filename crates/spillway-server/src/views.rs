@@ -78,14 +78,14 @@ pub struct Page<T> {
 /// at most `limit` views, and no more once their names and argv reach about
 /// [`spillway_api::limits::MAX_PAGE_BYTES`]. The next cursor is the id of the next accepted job, if any. `keep`
 /// sees the engine's job, so a view (with its argv) is built only for jobs on the page.
-pub fn jobs_page(st: &State, from: Option<u32>, limit: usize, keep: impl Fn(&Job) -> bool) -> Page<JobView> {
+pub fn jobs_page(st: &State, now: Time, from: Option<u32>, limit: usize, keep: impl Fn(&Job) -> bool) -> Page<JobView> {
     let jobs = &st.engine.cluster().jobs;
     let end = from.map_or(jobs.len(), |f| (f as usize).saturating_add(1).min(jobs.len()));
     let mut rest = jobs[..end].iter().rev().filter(|j| keep(j));
     let mut items = Vec::new();
     let mut bytes = 0usize;
     for j in rest.by_ref() {
-        let v = job(st, j);
+        let v = job(st, j, now);
         bytes += v.name.len() + v.argv.iter().map(String::len).sum::<usize>();
         items.push(v);
         if items.len() >= limit || bytes >= spillway_api::limits::MAX_PAGE_BYTES {
@@ -120,12 +120,12 @@ pub fn node_state(s: NodeState) -> &'static str {
 }
 
 /// Returns a job's view.
-pub fn job(st: &State, j: &Job) -> JobView {
+pub fn job(st: &State, j: &Job, now: Time) -> JobView {
     let c = st.engine.cluster();
     let (exit_code, exit_signal) = Exit::parts(j.exit);
     let price =
         |n: spillway_core::NodeId| c.nodes.get(n.0 as usize).map_or((0.0, 1), |n| (n.price_usd_per_hour, n.gpus));
-    let attempts = st.attempts.views(j.id, st.engine.now(), price);
+    let attempts = st.attempts.views(j.id, now.max(st.engine.now()), price);
     JobView {
         id: j.id.0,
         name: j.spec.name.clone(),
@@ -152,7 +152,8 @@ pub fn job(st: &State, j: &Job) -> JobView {
         preemptions: j.preemptions,
         exit_code,
         exit_signal,
-        cost_usd: attempts.iter().map(|a| a.cost_usd).sum(),
+        // Summed from +0.0 (an empty f64 sum is -0.0, shown as `-0.00`).
+        cost_usd: attempts.iter().fold(0.0, |acc, a| acc + a.cost_usd),
         attempts,
     }
 }
@@ -166,9 +167,10 @@ pub fn node(st: &State, n: &Node) -> NodeView {
         pool: pool.name.clone(),
         instance_type: n.instance_type.map(|i| cfg.instance_types[i].name.clone()),
         market: n.market.as_str().into(),
-        state: node_state(n.state).into(),
+        // A spot node that ended after its interruption notice was reclaimed, not lost.
+        state: if n.interrupted && !n.alive() { "interrupted" } else { node_state(n.state) }.into(),
         gpus: n.gpus,
-        free_gpus: n.free(),
+        free_gpus: if n.alive() { n.free() } else { 0 },
         protected: n.protected || pool.scale_in_protection,
         jobs: n.jobs.iter().map(|j| j.0).collect(),
         slurm_name: n.held.as_ref().map(|h| h.name.clone()),

@@ -30,6 +30,9 @@ th{background:#f4f6f8;font-weight:600;white-space:normal;vertical-align:bottom}\
 th:first-child,td:first-child{text-align:left}\
 tr.hl td{background:#fff1c2;font-weight:600}\
 tr.bound td{color:#4a5360;font-style:italic;border-top:2px solid #9aa3ad}\
+tr.unfinished td{color:#8a929c;font-style:italic}\
+dl.defs{font-size:13px;color:#4a5360;display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;margin:10px 0}\
+dl.defs dt{font-weight:600}dl.defs dd{margin:0}\
 section{margin-top:30px}.note{color:#4a5360;font-size:13px;margin:6px 0 0}\
 svg{width:100%;height:auto;display:block;border:1px solid #e3e6ea;border-radius:4px;background:#fff}\
 svg text{font-size:12px;font-family:system-ui,sans-serif;fill:#333}\
@@ -54,7 +57,7 @@ pub fn render(report: &Report, series: &TimeSeries, waits_by_tier: &BTreeMap<Str
     section(
         &mut out,
         "Demand and capacity",
-        &capacity_chart(&data),
+        &capacity_chart(&data, &report.input.pool_markets),
         "Lines: GPUs provisioned in each pool (steps change when nodes join or leave). Shaded: GPUs of that pool \
          running jobs. Black: total demand, GPUs of queued plus running jobs; where it rises above the pools' \
          capacity, jobs wait.",
@@ -146,26 +149,90 @@ fn runs_table(report: &Report) -> String {
         usd(b.cost_by_market.spot)
     ));
     for _ in &tiers {
-        t.push_str("<td>0s</td>");
+        t.push_str("<td>—</td>");
     }
     t.push_str("<td>0</td><td>—</td></tr>\n</tbody>\n</table></div>\n");
     t.push_str(&format!(
         "<p class=\"note\">The bound starts every job at submission on the cheapest market its tier allows, with no \
-         boot latency, idle GPUs or fragmentation (peak demand {} GPUs); no policy can cost less. Waits are the 95th \
-         percentile from submission to first start.</p>\n",
+         boot latency, idle GPUs or fragmentation (peak demand {} GPUs): no policy that starts jobs when they are \
+         submitted can cost less. A run below it (†) paid less by making jobs wait: read its waits beside its cost. \
+         A run that left jobs unfinished (greyed) did less work than the others, so its cost is not compared.</p>\n",
         count(usize::try_from(b.peak_gpus).unwrap_or(usize::MAX))
     ));
+    t.push_str(DEFINITIONS);
+    t.push_str(&team_tier_table(report));
+    t
+}
+
+/// What each column of the runs table counts.
+const DEFINITIONS: &str = "<dl class=\"defs\">\
+<dt>Total cost</dt><dd>What the run paid: owned GPUs at their amortized rate for the whole run, cloud nodes from \
+launch to end.</dd>\
+<dt>Cost / bound</dt><dd>Total cost over the instant-overflow bound's.</dd>\
+<dt>Fixed, On-demand, Spot</dt><dd>Total cost by market.</dd>\
+<dt>Idle GPU-hours</dt><dd>GPU-hours paid for that ran no job.</dd>\
+<dt>Jobs completed / submitted</dt><dd>Jobs that ended successfully, of those submitted.</dd>\
+<dt>p95 wait</dt><dd>95th percentile of the time from submission to first start, over the tier's started jobs \
+(— when the tier has none).</dd>\
+<dt>SLO misses</dt><dd>Jobs whose first start came later than their tier's <code>queue_wait_slo_s</code>, or that \
+never started.</dd>\
+<dt>Scale actions</dt><dd>Scale-out and scale-in decisions, one per pool per decision.</dd></dl>\n";
+
+/// The table of cost by team and by tier, one row per run.
+fn team_tier_table(report: &Report) -> String {
+    let teams: BTreeSet<&String> = report.runs.iter().flat_map(|r| r.cost_by_team.keys()).collect();
+    let tiers: BTreeSet<&String> = report.runs.iter().flat_map(|r| r.cost_by_tier.keys()).collect();
+    if teams.is_empty() && tiers.is_empty() {
+        return String::new();
+    }
+    let mut t = String::from(
+        "<section>\n<h2>Cost by team and tier</h2>\n<div class=\"scroll\"><table>\n<thead><tr><th>Policy</th>",
+    );
+    for team in &teams {
+        t.push_str(&format!("<th>team {}</th>", esc(team)));
+    }
+    for tier in &tiers {
+        t.push_str(&format!("<th>tier {}</th>", esc(tier)));
+    }
+    t.push_str("</tr></thead>\n<tbody>\n");
+    for run in &report.runs {
+        t.push_str(&format!("<tr><td>{}</td>", esc(&run.policy)));
+        for team in &teams {
+            t.push_str(&format!("<td>{}</td>", usd(run.cost_by_team.get(*team).copied().unwrap_or(0.0))));
+        }
+        for tier in &tiers {
+            t.push_str(&format!("<td>{}</td>", usd(run.cost_by_tier.get(*tier).copied().unwrap_or(0.0))));
+        }
+        t.push_str("</tr>\n");
+    }
+    t.push_str(
+        "</tbody>\n</table></div>\n<p class=\"note\">What each team's and tier's jobs cost: their GPUs' share of \
+         the nodes they ran on. Idle capacity is in no team's figure.</p>\n</section>\n",
+    );
     t
 }
 
 /// One run's table row; the `spillway` row is highlighted because it is the one the reader compares.
 fn run_row(run: &RunReport, tiers: &[String]) -> String {
-    let class = if run.policy == "spillway" { " class=\"hl\"" } else { "" };
+    // A run that left jobs unfinished did less work: its cost is not comparable, so it gets no ratio.
+    let unfinished = run.jobs_unfinished > 0;
+    let class = match (run.policy == "spillway", unfinished) {
+        (_, true) => " class=\"unfinished\"",
+        (true, false) => " class=\"hl\"",
+        _ => "",
+    };
+    let vs_bound = if unfinished {
+        format!("not comparable ({} unfinished)", count(run.jobs_unfinished))
+    } else if run.cost_vs_bound > 0.0 && run.cost_vs_bound < 1.0 {
+        format!("{} †", ratio(run.cost_vs_bound))
+    } else {
+        ratio(run.cost_vs_bound)
+    };
     let mut r = format!(
         "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td>",
         esc(&run.policy),
         usd(run.cost_usd),
-        ratio(run.cost_vs_bound),
+        vs_bound,
         usd(run.cost_by_market.fixed),
         usd(run.cost_by_market.on_demand),
         usd(run.cost_by_market.spot),
@@ -275,11 +342,17 @@ fn held(mut pts: Vec<(f64, f64)>, x_hi: f64) -> Vec<(f64, f64)> {
 }
 
 /// Chart 1: capacity (step lines) and busy GPUs (shaded) per pool, and total demand.
-fn capacity_chart(data: &Series) -> String {
+fn capacity_chart(data: &Series, markets: &BTreeMap<String, String>) -> String {
     let x_hi = data.x.hi;
     let mut layers = Vec::new(); // (pool, colour, busy points, capacity points)
-    for (i, pool) in pools(data.series).iter().enumerate() {
-        let color = svg::PALETTE[i % svg::PALETTE.len()];
+    let mut used: BTreeSet<&str> = BTreeSet::new();
+    let mut spare = svg::PALETTE[3..].iter().cycle();
+    for pool in pools(data.series).iter() {
+        // A pool takes its market's colour (as in the cost chart); a second pool of a market, another.
+        let color = match markets.get(pool).map(String::as_str).and_then(market_color) {
+            Some(c) if used.insert(c) => c,
+            _ => spare.next().copied().unwrap_or("#555555"),
+        };
         let busy = data.get(&format!("pool:{pool}:busy_gpus")).map(|c| held(svg::step(&data.points(&c)), x_hi));
         let cap = data.get(&format!("pool:{pool}:capacity_gpus")).map(|c| held(svg::step(&data.points(&c)), x_hi));
         layers.push((pool.clone(), color, busy, cap));
@@ -339,6 +412,16 @@ fn capacity_chart(data: &Series) -> String {
     out
 }
 
+/// Returns the colour of a market in every chart (the cost chart's).
+fn market_color(market: &str) -> Option<&'static str> {
+    match market {
+        "fixed" => Some(svg::PALETTE[0]),
+        "on_demand" => Some(svg::PALETTE[1]),
+        "spot" => Some(svg::PALETTE[2]),
+        _ => None,
+    }
+}
+
 /// Chart: spot nodes ready against spot nodes requested but not ready, over time.
 fn spot_chart(data: &Series) -> String {
     let x_hi = data.x.hi;
@@ -346,7 +429,7 @@ fn spot_chart(data: &Series) -> String {
     let asked = data.get("spot:requested_nodes").map(|c| held(svg::step(&data.points(&c)), x_hi)).unwrap_or_default();
     let legend: Vec<LegendItem> = vec![
         (svg::PALETTE[2].into(), "spot nodes ready".into(), Swatch::Line),
-        (svg::PALETTE[1].into(), "spot nodes requested, not ready".into(), Swatch::Line),
+        (svg::PALETTE[3].into(), "spot nodes requested, not ready".into(), Swatch::Line),
     ];
     let (y_hi, yt, step) = svg::zero_based_axis(max_y([&ready, &asked]));
     let f = Frame::new(260.0, svg::legend_rows(&legend), data.x, Scale::linear(0.0, y_hi));
@@ -357,7 +440,7 @@ fn spot_chart(data: &Series) -> String {
     svg::axes(&mut out, &f, &data.xticks(), &yticks, &data.xtitle(), "nodes");
     svg::legend(&mut out, &legend);
     svg::line(&mut out, &f, &ready, svg::PALETTE[2], 2.0, None);
-    svg::line(&mut out, &f, &asked, svg::PALETTE[1], 1.6, Some("5 3"));
+    svg::line(&mut out, &f, &asked, svg::PALETTE[3], 1.6, Some("5 3"));
     out.push_str("</svg>\n");
     out
 }
@@ -365,9 +448,9 @@ fn spot_chart(data: &Series) -> String {
 /// Chart 2: cumulative cost by market as stacked areas.
 fn cost_chart(data: &Series) -> String {
     const MARKETS: [(&str, &str, &str); 3] = [
-        ("cost:fixed", "fixed", "#0072b2"),
-        ("cost:on_demand", "on-demand", "#e69f00"),
-        ("cost:spot", "spot", "#009e73"),
+        ("cost:fixed", "fixed", svg::PALETTE[0]),
+        ("cost:on_demand", "on-demand", svg::PALETTE[1]),
+        ("cost:spot", "spot", svg::PALETTE[2]),
     ];
     let cols: Vec<Option<Vec<f64>>> = MARKETS.iter().map(|(c, _, _)| data.get(c)).collect();
     let any = cols.iter().any(Option::is_some);

@@ -104,6 +104,8 @@ pub struct InputReport {
     /// Rows the loader skipped on purpose, by reason.
     pub skipped: BTreeMap<String, usize>,
     pub total_gpu_hours: f64,
+    /// Each pool's market (`fixed`, `on_demand`, `spot`), so charts colour a pool as its market.
+    pub pool_markets: BTreeMap<String, String>,
 }
 
 /// What spot bought: the `spillway` run beside the same policy with spot disabled (`spillway-no-spot`: spot

@@ -297,13 +297,22 @@ pub fn summary_table(report: &Report) -> String {
         "{:<20} {:>12} {:>8} {:>11} {:>11} {:>11} {:>10} {:>10} {:>10} {:>9}\n",
         "policy", "cost USD", "/bound", "fixed", "on-demand", "spot", "p0 p95 wait", "p1 p95", "p2 p95", "done/sub"
     );
-    let wait = |r: &RunReport, t: &str| r.tiers.get(t).map_or("-".to_string(), |x| human(x.queue_wait_s.p95));
+    // A tier without jobs has no wait to show (not `0s`).
+    let wait = |r: &RunReport, t: &str| {
+        r.tiers.get(t).filter(|x| x.jobs > 0).map_or("-".to_string(), |x| human(x.queue_wait_s.p95))
+    };
+    // A run that left jobs unfinished did less work: its cost is not comparable, so it gets no ratio.
+    let ratio = |r: &RunReport| match r.cost_vs_bound {
+        _ if r.jobs_unfinished > 0 => "n/a*".to_string(),
+        v if v > 0.0 && v < 1.0 => format!("{v:.2}+"),
+        v => format!("{v:.2}"),
+    };
     for r in &report.runs {
         s += &format!(
-            "{:<20} {:>12.0} {:>8.2} {:>11.0} {:>11.0} {:>11.0} {:>10} {:>10} {:>10} {:>9}\n",
+            "{:<20} {:>12.0} {:>8} {:>11.0} {:>11.0} {:>11.0} {:>10} {:>10} {:>10} {:>9}\n",
             r.policy,
             r.cost_usd,
-            r.cost_vs_bound,
+            ratio(r),
             r.cost_by_market.fixed,
             r.cost_by_market.on_demand,
             r.cost_by_market.spot,
@@ -323,18 +332,29 @@ pub fn summary_table(report: &Report) -> String {
         b.cost_by_market.on_demand,
         b.cost_by_market.spot
     );
+    if report.runs.iter().any(|r| r.jobs_unfinished == 0 && r.cost_vs_bound > 0.0 && r.cost_vs_bound < 1.0) {
+        s += "+ below the bound, which starts every job at submission: it paid less by making jobs wait\n";
+    }
+    for r in report.runs.iter().filter(|r| r.jobs_unfinished > 0) {
+        s += &format!(
+            "* {} left {} of {} jobs unfinished when the run ended: it did less work, so its cost is not comparable\n",
+            r.policy, r.jobs_unfinished, r.jobs_submitted
+        );
+    }
     if let Some(r) = report.runs.iter().find(|r| r.policy == "spillway") {
         s += &format!(
-            "\nspot: saved {:.0} USD ({:.1}%) against spillway-no-spot (the instant-overflow bound saves {:.1}% with spot); {} interruptions, {} notices acted on, {:.1} GPU-hours lost, {} fallbacks, {} deadline misses, {} preemptions\n",
+            "\nspot: saved {:.0} USD ({:.1}%) against spillway-no-spot (the instant-overflow bound saves {:.1}% with spot)\n\
+             spillway run: {} spot interruption notices ({} acted on), {} fallbacks, {} deadline misses, {} preemptions; \
+             {:.1} GPU-hours of work redone after stops (interruptions, preemptions, lost nodes)\n",
             report.spot.saved_usd,
             report.spot.saved_fraction * 100.0,
             report.spot.bound_saved_fraction * 100.0,
             r.interruptions,
             r.notices_acted_on,
-            r.lost_gpu_hours,
             r.fallback_events,
             r.deadline_misses,
-            r.preemptions
+            r.preemptions,
+            r.lost_gpu_hours
         );
     }
     if let Some(p) = &report.predictive {

@@ -406,10 +406,26 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
                 PoolsCommand::Ls => {
                     return show(client.get_json("/v1/pools", &[])?, conn.output, |p: Vec<PoolView>| pools_table(&p));
                 }
-                PoolsCommand::Scale { name, min, max } => client.post_json(
-                    &format!("/v1/pools/{}/scale", segment(&name)),
-                    Some(&PoolScale { min_nodes: min, max_nodes: max }),
-                )?,
+                PoolsCommand::Scale { name, min, max } => {
+                    let v: Value = client.post_json(
+                        &format!("/v1/pools/{}/scale", segment(&name)),
+                        Some(&PoolScale { min_nodes: min, max_nodes: max }),
+                    )?;
+                    // Lowering max below the pool's nodes removes some: say which, so it is not a surprise.
+                    if let Ok(p) = serde_json::from_value::<PoolView>(v.clone())
+                        && p.nodes > p.max_nodes
+                    {
+                        eprintln!(
+                            "warning: pool {} has {} live nodes, above its new max of {}: {} go, the idle ones now and \
+                             the busy ones as their jobs end",
+                            p.name,
+                            p.nodes,
+                            p.max_nodes,
+                            p.nodes - p.max_nodes
+                        );
+                    }
+                    v
+                }
                 PoolsCommand::Protect { name, off } => client
                     .post_json(&format!("/v1/pools/{}/protect", segment(&name)), Some(&Protect { protected: !off }))?,
                 PoolsCommand::WhatIf { name, max, ignore_cooldown } => {
@@ -485,19 +501,43 @@ fn wait_for_job(client: &Client, id: u32) -> Result<()> {
 
 /// Prints a job's log; with `follow`, polls every second and prints the new bytes until the job is final.
 fn logs(client: &Client, id: u32, follow: bool) -> Result<()> {
-    let mut shown = 0usize;
     let mut out = std::io::stdout().lock();
+    if !follow {
+        out.write_all(&client.get_bytes(&format!("/v1/jobs/{id}/logs"), &[])?)?;
+        return Ok(out.flush()?);
+    }
+    // Each rank's log is read on its own from where the last read ended, and printed a whole line at a time,
+    // so a gang's ranks never split each other's lines; a gang's lines carry their rank.
+    let mut ranks: Vec<(u64, Vec<u8>)> = Vec::new();
     loop {
-        // The state is read before the log, so the last log read happens after the job was seen final.
-        let done = !follow || {
-            let job: JobView = client.get_json(&format!("/v1/jobs/{id}"), &[])?;
-            matches!(job.state.as_str(), "succeeded" | "failed" | "cancelled")
-        };
-        let bytes = client.get_bytes(&format!("/v1/jobs/{id}/logs"), &[])?;
-        let start = if bytes.len() >= shown { shown } else { 0 };
-        out.write_all(&bytes[start..])?;
+        // The state is read before the logs, so the last read happens after the job was seen final.
+        let job: JobView = client.get_json(&format!("/v1/jobs/{id}"), &[])?;
+        let done = matches!(job.state.as_str(), "succeeded" | "failed" | "cancelled");
+        ranks.resize(job.workers.max(1) as usize, (0, Vec::new()));
+        let gang = ranks.len() > 1;
+        for (rank, (from, partial)) in ranks.iter_mut().enumerate() {
+            loop {
+                let q = [("rank", rank.to_string()), ("from", from.to_string())];
+                let chunk = client.get_bytes(&format!("/v1/jobs/{id}/logs"), &q)?;
+                if chunk.is_empty() {
+                    break;
+                }
+                *from += chunk.len() as u64;
+                partial.extend_from_slice(&chunk);
+            }
+            let whole = partial.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let rest = partial.split_off(whole);
+            // A job that ended may leave a last line without its newline.
+            let tail = if done && !rest.is_empty() { [rest.as_slice(), b"\n"].concat() } else { Vec::new() };
+            for line in partial.split_inclusive(|&b| b == b'\n').chain(tail.split_inclusive(|&b| b == b'\n')) {
+                if gang {
+                    write!(out, "[rank {rank}] ")?;
+                }
+                out.write_all(line)?;
+            }
+            *partial = if done { Vec::new() } else { rest };
+        }
         out.flush()?;
-        shown = bytes.len();
         if done {
             return Ok(());
         }
@@ -557,7 +597,7 @@ pub fn fmt_duration(secs: f64) -> String {
     }
 }
 
-/// Returns an epoch time as `YYYY-MM-DD HH:MM:SS` UTC.
+/// Returns an epoch time in RFC 3339, UTC (`2026-12-02T05:40:00Z`): one token, with its zone.
 pub fn fmt_time(at: f64) -> String {
     let secs = at.floor() as i64;
     let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
@@ -571,7 +611,7 @@ pub fn fmt_time(at: f64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 fn list(ids: &[u32]) -> String {
@@ -614,9 +654,7 @@ pub fn jobs_table(jobs: &[JobView], now: f64) -> String {
 
 /// Returns one job in detail: the table row plus its command, times and interruptions.
 fn job_detail(j: &JobView, now: f64) -> String {
-    // Times as one token each (`2026-12-02T05:40:00`), so every field splits on spaces.
-    let iso = |at: f64| fmt_time(at).replace(' ', "T");
-    let t = |at: Option<f64>| at.map(iso).unwrap_or_else(|| "-".into());
+    let t = |at: Option<f64>| at.map(fmt_time).unwrap_or_else(|| "-".into());
     let exit = |code: Option<i32>, signal: Option<i32>| match (code, signal) {
         (Some(c), _) => format!(" ExitCode={c}"),
         (None, Some(s)) => format!(" Signal={s}"),
@@ -640,7 +678,7 @@ fn job_detail(j: &JobView, now: f64) -> String {
         j.workers,
         list(&j.nodes),
         j.cost_usd,
-        iso(j.submitted_at),
+        fmt_time(j.submitted_at),
         t(j.started_at),
         t(j.ended_at),
         fmt_duration(waited.max(0.0)),
@@ -654,7 +692,7 @@ fn job_detail(j: &JobView, now: f64) -> String {
             "   Attempt={} Nodes={} Start={} End={} Ended={}{} Cost=${:.2}\n",
             a.attempt,
             list(&a.nodes),
-            iso(a.started_at),
+            fmt_time(a.started_at),
             t(a.ended_at),
             a.end.as_deref().unwrap_or("running"),
             exit(a.exit_code, a.exit_signal),

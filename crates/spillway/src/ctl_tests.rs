@@ -131,7 +131,7 @@ fn tables_have_their_columns() {
     let t = pools_table(&[PoolView { name: "spot".into(), protected: true, ..Default::default() }]);
     assert!(t.starts_with("NAME") && t.contains("spot (protected)") && t.contains("BUSY"), "{t}");
     let t = events_table(&[EventView { at: 86400.0 * 365.0, kind: "scale_out".into(), ..Default::default() }]);
-    assert!(t.contains("TIME") && t.contains("DETAIL") && t.contains("1971-01-01 00:00:00"), "{t}");
+    assert!(t.contains("TIME") && t.contains("DETAIL") && t.contains("1971-01-01T00:00:00Z"), "{t}");
     let c = CostView { total_usd: 12.5, by_team: BTreeMap::from([("research".into(), 10.0)]), ..Default::default() };
     let t = cost_table(&c);
     assert!(t.contains("total") && t.contains("12.50") && t.contains("research") && t.contains("10.00"), "{t}");
@@ -142,7 +142,7 @@ fn durations_and_times() {
     assert_eq!(fmt_duration(45.2), "45s");
     assert_eq!(fmt_duration(3725.0), "1h02m");
     assert_eq!(fmt_duration(2.0 * 86400.0 + 7200.0), "2d02h");
-    assert_eq!(fmt_time(1_700_000_000.0), "2023-11-14 22:13:20");
+    assert_eq!(fmt_time(1_700_000_000.0), "2023-11-14T22:13:20Z");
 }
 
 #[test]
@@ -191,7 +191,7 @@ fn jobs_show_tells_every_attempt() {
         ..JobView::default()
     };
     let text = job_detail(&j, 0.0);
-    assert!(text.contains("Attempt=1 Nodes=3,4 Start=1970-01-01T00:01:40 End=1970-01-01T00:02:30"), "{text}");
+    assert!(text.contains("Attempt=1 Nodes=3,4 Start=1970-01-01T00:01:40Z End=1970-01-01T00:02:30Z"), "{text}");
     assert!(text.contains("Ended=spot interruption, checkpointed Cost=$1.50"), "{text}");
     assert!(text.contains("Attempt=2 Nodes=4,5") && text.contains("Ended=failed ExitCode=3"), "{text}");
     assert!(text.contains("Cost=$3.00"), "{text}");

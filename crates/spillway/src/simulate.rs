@@ -67,12 +67,19 @@ pub fn run(args: Args) -> Result<()> {
             trace::load(path, format)?
         }
         None => match args.workload.as_str() {
-            "bursty" => Bursty { jobs: args.jobs, days: args.days, seed: args.seed }.generate(),
+            "bursty" => {
+                let mut t = Bursty { jobs: args.jobs, days: args.days, seed: args.seed }.generate();
+                let teams: Vec<String> = cfg.teams.iter().map(|t| t.name.clone()).collect();
+                trace::workload::use_teams(&mut t, &teams);
+                t
+            }
             other => anyhow::bail!("unknown workload `{other}` (expected bursty)"),
         },
     };
     let jobs = spillway_sim::input::to_sim_jobs(&trace, &cfg)?;
+    let pool_markets = cfg.pools.iter().map(|p| (p.name.clone(), p.market.as_str().to_string())).collect();
     let input = InputReport {
+        pool_markets,
         source: trace.source.clone(),
         config: args.config.as_ref().map_or("built-in hybrid".into(), |p| p.display().to_string()),
         jobs: jobs.len(),

@@ -172,7 +172,11 @@ fn a_cloud_node_stopped_with_the_daemon_costs_nothing_while_it_is_down() {
     let mut d = Daemon::new("downtime", &config(port));
     let b = d.post("/v1/jobs", json!({"tier": "p0", "team": "b", "gpus": 4, "argv": ["sleep", "120"]}));
     let id = b["id"].as_u64().unwrap();
+    // And one on the owned node.
+    let a = d.post("/v1/jobs", json!({"tier": "p0", "team": "a", "gpus": 1, "argv": ["sleep", "120"]}));
+    let owned = a["id"].as_u64().unwrap();
     until(30, "team b's job to run", &d, || d.get(&format!("/v1/jobs/{id}"))["state"] == "running");
+    until(30, "team a's job to run", &d, || d.get(&format!("/v1/jobs/{owned}"))["state"] == "running");
     std::thread::sleep(Duration::from_secs(1));
     // A graceful stop terminates the on-demand node (1 USD a second); four seconds later the daemon is back.
     d.stop();
@@ -184,6 +188,14 @@ fn a_cloud_node_stopped_with_the_daemon_costs_nothing_while_it_is_down() {
     assert!(w["by_market"]["on_demand"].as_f64().unwrap() < 0.01, "the stopped node was billed while down: {w}");
     assert!(w["by_team"]["b"].as_f64().unwrap() < 0.01, "{w}");
     assert!(w["by_market"]["fixed"].as_f64().unwrap() > 0.0, "owned GPUs are paid for anyway: {w}");
+    assert!(w["by_team"]["a"].as_f64().unwrap() == 0.0, "the owned node's job was billed while down: {w}");
+    // The jobs' attempts ended when the daemon stopped them, and say so.
+    for job in [id, owned] {
+        let v = d.get(&format!("/v1/jobs/{job}"));
+        let first = &v["attempts"][0];
+        assert_eq!(first["end"], "the daemon stopped", "{v}");
+        assert!(first["ended_at"].as_f64().unwrap() <= stopped + 0.5, "{v}");
+    }
     // Its job was requeued at the stop, and runs again after the restart.
     until(30, "the job to run again", &d, || d.get(&format!("/v1/jobs/{id}"))["state"] == "running");
     assert_eq!(d.get(&format!("/v1/jobs/{id}"))["attempt"], 2);

@@ -30,7 +30,12 @@ fn answer(line: &str, n: usize) -> (u16, &'static str, String) {
             let state = if n == 0 { "running" } else { "succeeded" };
             (200, "OK", JOB.replace("\"id\":17", "\"id\":21").replace("queued", state))
         }
-        "GET /v1/jobs/21/logs HTTP/1.1" => (200, "OK", ["one\n", "two\n", "three\n"][..(n + 1).min(3)].concat()),
+        "GET /v1/jobs/21/logs HTTP/1.1" => (200, "OK", "one\ntwo\nthree\n".into()),
+        // Rank 0's log read from an offset, as `logs --follow` reads it: "one\nt" at first, "wo\nthr" more once
+        // the job has ended (its last line has no newline).
+        "GET /v1/jobs/21/logs?rank=0&from=0 HTTP/1.1" => (200, "OK", "one\nt".into()),
+        "GET /v1/jobs/21/logs?rank=0&from=5 HTTP/1.1" if n >= 1 => (200, "OK", "wo\nthr".into()),
+        l if l.starts_with("GET /v1/jobs/21/logs?rank=0&from=") => (200, "OK", String::new()),
         "POST /v1/jobs HTTP/1.1" => (201, "Created", JOB.to_string()),
         "GET /v1/jobs/17 HTTP/1.1" => (200, "OK", JOB.to_string()),
         "GET /v1/jobs/99 HTTP/1.1" => (403, "Forbidden", r#"{"error":"job 99 belongs to team vision"}"#.into()),
@@ -141,7 +146,10 @@ fn daemon_commands_map_answers_to_output_and_exit_codes() {
     let out = spillway(&["jobs", "show", "17", "--server", &url, "--token", "t"]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let t = text(&out.stdout);
-    assert!(t.starts_with("ID ") && t.contains("no_capacity") && t.contains("python3 x.py"), "{t}");
+    assert!(
+        t.starts_with("JobId=17 ") && t.contains("Reason=no_capacity") && t.contains("Command=python3 x.py"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -149,7 +157,7 @@ fn logs_follow_prints_each_byte_once_until_the_job_ends() {
     let (url, _) = fake_server();
     let out = spillway(&["jobs", "logs", "21", "--follow", "--server", &url, "--token", "t"]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "one\ntwo\n");
+    assert_eq!(text(&out.stdout), "one\ntwo\nthr\n", "whole lines, each once, the last one ended");
     let out = spillway(&["jobs", "logs", "21", "--server", &url, "--token", "t"]);
     assert_eq!(text(&out.stdout), "one\ntwo\nthree\n");
 }

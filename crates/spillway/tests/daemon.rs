@@ -116,7 +116,7 @@ fn end_to_end_jobs_survive_interruptions_and_a_daemon_kill() {
     }
     assert_eq!(ids.len(), 20);
     // Two interruptions of busy spot nodes, a few seconds apart, once their jobs have checkpointed.
-    let mut interrupted_jobs: Vec<u64> = Vec::new();
+    let (mut interrupted_jobs, mut interrupted_nodes): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
     let t = Instant::now();
     while interrupted_jobs.len() < 2 {
         assert!(t.elapsed() < Duration::from_secs(90), "no busy spot node to interrupt; log: {}", d.log());
@@ -130,6 +130,7 @@ fn end_to_end_jobs_survive_interruptions_and_a_daemon_kill() {
                 })
         });
         let Some(n) = busy else { continue };
+        interrupted_nodes.push(n["id"].as_u64().unwrap());
         let jobs: Vec<u64> = n["jobs"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
         // Let the jobs get past a checkpoint first (3 steps of 0.3 s plus the start-up).
         std::thread::sleep(Duration::from_secs(3));
@@ -193,6 +194,12 @@ fn end_to_end_jobs_survive_interruptions_and_a_daemon_kill() {
     println!("cloud pools at min {:.1} s after the last job ended", all_done.elapsed().as_secs_f64());
     let events = d.get("/v1/events?kind=interruption");
     assert!(!events.as_array().unwrap().is_empty(), "no interruption recorded");
+    // A reclaimed spot node says so: it was interrupted, not lost, and has no free GPUs left.
+    let nodes = d.get("/v1/nodes");
+    for id in &interrupted_nodes {
+        let n = nodes.as_array().unwrap().iter().find(|n| n["id"] == *id).unwrap();
+        assert_eq!((n["state"].as_str(), n["free_gpus"].as_u64()), (Some("interrupted"), Some(0)), "{n}");
+    }
     d.stop();
     std::thread::sleep(Duration::from_millis(500));
     assert!(d.agents_alive().is_empty(), "agent processes left behind: {:?}", d.agents_alive());
@@ -463,4 +470,30 @@ fn up_demo_runs_to_the_end_on_embedded_defaults() {
         env: Vec::new(),
     };
     assert!(d.agents_alive().is_empty(), "agents left behind: {:?}", d.agents_alive());
+}
+
+#[test]
+fn logs_follow_of_a_gang_prints_whole_lines_with_their_rank() {
+    let d = Daemon::new("gang-logs", SMALL_CONFIG);
+    // Each rank writes half a line, waits, and finishes it, so lines of the two ranks are in flight at once.
+    let script = "for i in 1 2 3; do printf \"rank $RANK line $i \"; sleep 0.3; echo end; done";
+    let b = d.post(
+        "/v1/jobs",
+        json!({"tier": "p0", "team": "research", "gpus": 2, "workers": 2, "argv": ["sh", "-c", script]}),
+    );
+    let id = b["id"].as_u64().expect("a job id").to_string();
+    let url = format!("http://127.0.0.1:{}", d.port);
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["jobs", "logs", &id, "--follow", "--server", &url, "--token", &d.admin()])
+        .output()
+        .expect("runs spillway");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for rank in 0..2 {
+        for i in 1..=3 {
+            let line = format!("[rank {rank}] rank {rank} line {i} end");
+            assert_eq!(text.lines().filter(|l| *l == line).count(), 1, "`{line}` once, whole, in:\n{text}");
+        }
+    }
+    assert_eq!(text.lines().count(), 6, "{text}");
 }

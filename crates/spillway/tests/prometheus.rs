@@ -343,7 +343,7 @@ timeout_s = 1
     drop(prom);
     exporter.set(false, 5.0);
     until(20, "the failed query in the daemon's log", || {
-        d.log().contains("utilization query of pool od: asking").then_some(())
+        d.log().contains("pool od: utilization signal missing (no scale-in): asking").then_some(())
     });
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(od_nodes(&d), (3, 3), "the pool scaled in on a failed query");

@@ -295,7 +295,7 @@ fn a_slurm_burst_survives_an_interruption_restarts_and_lost_calls() {
     assert!(lines[1].starts_with("restart=1 from=") && !lines[1].starts_with("restart=1 from=0 "), "{runs}");
     let nodes = d.get("/v1/nodes");
     let victim_state = nodes.as_array().unwrap().iter().find(|n| n["id"] == victim.3).unwrap()["state"].clone();
-    assert_eq!(victim_state, "terminated", "the interrupted node is gone");
+    assert_eq!(victim_state, "interrupted", "the interrupted node is gone, and says why");
 
     // The daemon is down while Slurm suspends the idle nodes and resumes one for a p0 job: the restarted
     // daemon releases the suspended ones and launches the resumed one (on-demand: p0 never runs on spot).

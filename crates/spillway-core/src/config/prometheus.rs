@@ -49,12 +49,22 @@ pub(super) fn check(cx: &Ctx, prom: Option<&Prometheus>, pools: &[Pool]) -> Resu
             let what = "needs a [prometheus] table with the server's `url`".into();
             return Err(cx.err("pools", Some(i), "utilization_query", what));
         }
+        if p.market == super::Market::Fixed {
+            let what = "is for cloud pools; a fixed pool's nodes do not scale".into();
+            return Err(cx.err("pools", Some(i), "utilization_query", what));
+        }
         if !p.uses_utilization() {
             let what = "is read only by `target_gpu_utilization` or `step_scaling`; the pool has neither".into();
             return Err(cx.err("pools", Some(i), "utilization_query", what));
         }
     }
     let Some(prom) = prom else { return Ok(()) };
+    // A password in the URL would reach every error message (and so the event log); a query or fragment would
+    // swallow the API path appended to it.
+    if prom.url.contains(['@', '?', '#']) {
+        let what = "must be the server's base URL, without a user, query or fragment (`http://host:9090/prefix`)";
+        return Err(cx.err("prometheus", None, "url", what.into()));
+    }
     if !super::budget::http_url_ok(&prom.url) {
         let what = format!(
             "{:?} is not an http:// URL with a host (and a port up to 65535); https is not supported yet",
@@ -72,8 +82,11 @@ pub(super) fn check(cx: &Ctx, prom: Option<&Prometheus>, pools: &[Pool]) -> Resu
         s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
-    if !label_ok(&prom.node_label) {
-        let what = format!("{:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)", prom.node_label);
+    if !label_ok(&prom.node_label) || prom.node_label.starts_with("__") {
+        let what = format!(
+            "{:?} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*, not starting with `__`)",
+            prom.node_label
+        );
         return Err(cx.err("prometheus", None, "node_label", what));
     }
     Ok(())

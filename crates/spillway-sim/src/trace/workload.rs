@@ -89,6 +89,31 @@ pub(super) fn into_jobs(mut drafts: Vec<Draft>, span: f64, digits: usize) -> Vec
     drafts.into_iter().enumerate().map(|(i, d)| d.into_job(i, digits)).collect()
 }
 
+/// The generator's teams, in the order a config's teams take their place (see [`use_teams`]).
+pub const ROLES: [&str; 3] = ["foundation", "research", "applied"];
+
+/// Gives the generated jobs of each of [`ROLES`] a team of the config, so a user's own teams show in the report: a
+/// role keeps its name where the config has that team; the other roles take the config's other teams in order
+/// (cycling through all of them when it has too few). Without teams in the config the roles stay.
+pub fn use_teams(trace: &mut Trace, teams: &[String]) {
+    if teams.is_empty() {
+        return;
+    }
+    let mut others = teams.iter().filter(|t| !ROLES.contains(&t.as_str())).chain(teams.iter().cycle());
+    let map: Vec<String> = ROLES
+        .iter()
+        .map(|r| match teams.iter().find(|t| t == r) {
+            Some(t) => t.clone(),
+            None => others.next().cloned().unwrap_or_else(|| (*r).to_string()),
+        })
+        .collect();
+    for j in &mut trace.jobs {
+        if let Some(i) = j.team.as_deref().and_then(|t| ROLES.iter().position(|r| *r == t)) {
+            j.team = Some(map[i].clone());
+        }
+    }
+}
+
 impl Bursty {
     /// Generates the workload. Returns exactly `jobs` jobs sorted by submit time (ties keep generation
     /// order), named `job-000001`, `job-000002`, ... in that order, with `line` their 1-based position and
@@ -239,6 +264,24 @@ mod tests {
         assert!(t.jobs.windows(2).all(|w| w[0].submit_s <= w[1].submit_s));
         assert!(t.jobs.iter().all(|j| (0.0..=2.0 * DAY).contains(&j.submit_s)));
         assert!(t.jobs.iter().enumerate().all(|(i, j)| j.line == i + 1));
+    }
+
+    #[test]
+    fn the_configs_teams_take_the_roles_in_order() {
+        let mut t = Bursty { jobs: 300, days: 1.0, seed: 3 }.generate();
+        use_teams(&mut t, &["ml".to_string(), "vision".to_string()]);
+        let seen: std::collections::BTreeSet<&str> = t.jobs.iter().filter_map(|j| j.team.as_deref()).collect();
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["ml", "vision"]);
+        // A config that has the roles' teams keeps them as they are, whatever their order.
+        let mut same = Bursty { jobs: 300, days: 1.0, seed: 3 }.generate();
+        let before: Vec<Option<String>> = same.jobs.iter().map(|j| j.team.clone()).collect();
+        use_teams(&mut same, &["research".into(), "applied".into(), "foundation".into()]);
+        assert_eq!(same.jobs.iter().map(|j| j.team.clone()).collect::<Vec<_>>(), before);
+        // Partly: `research` stays, the others take `ml` and then cycle.
+        let mut part = Bursty { jobs: 300, days: 1.0, seed: 3 }.generate();
+        use_teams(&mut part, &["research".into(), "ml".into()]);
+        let seen: std::collections::BTreeSet<&str> = part.jobs.iter().filter_map(|j| j.team.as_deref()).collect();
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["ml", "research"]);
     }
 
     #[test]
