@@ -18,6 +18,22 @@ pub fn secs(s: f64) -> Millis {
     (ms + 0.5f64.copysign(ms)) as Millis
 }
 
+/// Returns `secs` seconds in the one style every output of Spillway uses: `45s`, `12m05s`, `3h04m`, `2d03h`
+/// (whole units, largest two); `-` for a negative or non-finite value.
+pub fn fmt_duration(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return "-".into();
+    }
+    // `as` saturates: an absurd duration shows as the largest one rather than wrapping.
+    let s = secs.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
 /// Returns a millisecond duration as seconds.
 pub fn to_secs(ms: Millis) -> f64 {
     ms as f64 / 1000.0

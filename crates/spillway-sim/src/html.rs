@@ -134,7 +134,10 @@ fn runs_table(report: &Report) -> String {
     for tier in &tiers {
         t.push_str(&format!("<th>p95 wait {}</th>", esc(tier)));
     }
-    t.push_str("<th>SLO misses</th><th>Scale actions</th></tr></thead>\n<tbody>\n");
+    t.push_str(
+        "<th>SLO misses</th><th>Scale actions</th><th>Spot interruptions</th><th>GPU-hours redone</th></tr></thead>\n\
+         <tbody>\n",
+    );
     for run in &report.runs {
         t.push_str(&run_row(run, &tiers));
     }
@@ -151,7 +154,7 @@ fn runs_table(report: &Report) -> String {
     for _ in &tiers {
         t.push_str("<td>—</td>");
     }
-    t.push_str("<td>0</td><td>—</td></tr>\n</tbody>\n</table></div>\n");
+    t.push_str("<td>0</td><td>—</td><td>—</td><td>0.0</td></tr>\n</tbody>\n</table></div>\n");
     t.push_str(&format!(
         "<p class=\"note\">The bound starts every job at submission on the cheapest market its tier allows, with no \
          boot latency, idle GPUs or fragmentation (peak demand {} GPUs): no policy that starts jobs when they are \
@@ -176,7 +179,10 @@ launch to end.</dd>\
 (— when the tier has none).</dd>\
 <dt>SLO misses</dt><dd>Jobs whose first start came later than their tier's <code>queue_wait_slo_s</code>, or that \
 never started.</dd>\
-<dt>Scale actions</dt><dd>Scale-out and scale-in decisions, one per pool per decision.</dd></dl>\n";
+<dt>Scale actions</dt><dd>Scale-out and scale-in decisions, one per pool per decision.</dd>\
+<dt>Spot interruptions</dt><dd>Interruption notices of spot nodes the run received.</dd>\
+<dt>GPU-hours redone</dt><dd>Work lost when attempts stopped after their last checkpoint (interruptions, \
+preemptions, lost nodes) and done again.</dd></dl>\n";
 
 /// The table of cost by team and by tier, one row per run.
 fn team_tier_table(report: &Report) -> String {
@@ -247,7 +253,13 @@ fn run_row(run: &RunReport, tiers: &[String]) -> String {
         }
     }
     let misses: usize = run.tiers.values().map(|t| t.slo_misses).sum();
-    r.push_str(&format!("<td>{}</td><td>{}</td></tr>\n", count(misses), count(run.scale_actions)));
+    r.push_str(&format!(
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+        count(misses),
+        count(run.scale_actions),
+        count(run.interruptions),
+        hours(run.lost_gpu_hours)
+    ));
     r
 }
 

@@ -423,18 +423,7 @@ pub fn duration(s: f64) -> String {
     if !s.is_finite() || s < 0.0 {
         return "—".into();
     }
-    if s < 10.0 && s.fract() != 0.0 {
-        format!("{s:.1}s")
-    } else if s < 60.0 {
-        format!("{s:.0}s")
-    } else if s < 3600.0 {
-        let whole = s.round() as u64;
-        format!("{}m {}s", whole / 60, whole % 60)
-    } else if s < 2.0 * 86_400.0 {
-        format!("{:.1}h", s / 3600.0)
-    } else {
-        format!("{:.1}d", s / 86_400.0)
-    }
+    spillway_core::time::fmt_duration(s)
 }
 
 #[cfg(test)]
@@ -454,10 +443,10 @@ mod tests {
         assert_eq!(decimals(5.0), 0);
         assert_eq!(usd_tick(2500.0, 10_000.0, 2500.0), "$2.5k");
         assert_eq!(usd_tick(2_000_000.0, 4_000_000.0, 1_000_000.0), "$2M");
-        assert_eq!(duration(250.0), "4m 10s");
-        assert_eq!(duration(8280.0), "2.3h");
+        assert_eq!(duration(250.0), "4m10s");
+        assert_eq!(duration(8280.0), "2h18m");
         assert_eq!(duration(0.0), "0s");
-        assert_eq!(duration(3.0 * 86_400.0), "3.0d");
+        assert_eq!(duration(3.0 * 86_400.0), "3d00h");
         assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(usd_tick(0.0, 4_000_000.0, 1_000_000.0), "$0");
     }

@@ -90,7 +90,7 @@ fn page_has_charts_and_rows() {
     }
     assert!(html.contains("<tr class=\"hl\"><td>spillway</td>"));
     assert!(html.contains("bound (instant overflow)"));
-    assert!(html.contains("4m 10s") && html.contains("2.3h"));
+    assert!(html.contains("4m10s") && html.contains("2h18m"));
     assert!(html.ends_with("</html>\n"));
     // A page to look at in a browser, only on request so ordinary test runs write nothing.
     if let Some(path) = std::env::var_os("SPILLWAY_HTML_SAMPLE") {

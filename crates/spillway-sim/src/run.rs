@@ -371,13 +371,7 @@ pub fn summary_table(report: &Report) -> String {
     s
 }
 
-/// Returns seconds in a short human form (`42s`, `7m`, `3.1h`).
+/// Returns seconds in the one duration style of every output (`42s`, `7m05s`, `3h06m`).
 fn human(s: f64) -> String {
-    if s < 60.0 {
-        format!("{s:.0}s")
-    } else if s < 3600.0 {
-        format!("{:.1}m", s / 60.0)
-    } else {
-        format!("{:.1}h", s / 3600.0)
-    }
+    spillway_core::time::fmt_duration(s)
 }

@@ -586,15 +586,9 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// Returns a duration as `45s`, `12m05s`, `3h04m` or `2d03h`.
+/// Returns a duration as `45s`, `12m05s`, `3h04m` or `2d03h` (the style of every output, from the core).
 pub fn fmt_duration(secs: f64) -> String {
-    let s = secs.max(0.0) as u64;
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
-    }
+    spillway_core::time::fmt_duration(secs.max(0.0))
 }
 
 /// Returns an epoch time in RFC 3339, UTC (`2026-12-02T05:40:00Z`): one token, with its zone.
