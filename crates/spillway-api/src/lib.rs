@@ -294,7 +294,7 @@ pub struct AttemptView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<f64>,
     /// Why it ended: `succeeded`, `failed`, or why the engine stopped it (`preempted for job 7`, `cancelled`,
-    /// `its node was lost`, `spot interruption, checkpointed`, ...).
+    /// `its node was lost`, `spot interruption, told to checkpoint`, `the daemon stopped`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

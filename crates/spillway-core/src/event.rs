@@ -141,7 +141,7 @@ impl std::fmt::Display for StopReason {
             StopReason::Preempted { by } => write!(f, "preempted for job {}", by.0),
             StopReason::Cancelled => write!(f, "cancelled"),
             StopReason::NodeLost => write!(f, "its node was lost"),
-            StopReason::Interrupted { checkpoint: true } => write!(f, "spot interruption, checkpointed"),
+            StopReason::Interrupted { checkpoint: true } => write!(f, "spot interruption, told to checkpoint"),
             StopReason::Interrupted { checkpoint: false } => write!(f, "spot interruption, no time to checkpoint"),
             StopReason::Migrated => write!(f, "moved to on-demand for its deadline"),
             StopReason::Shutdown => write!(f, "the daemon stopped"),

@@ -104,7 +104,7 @@ fn cases() -> Vec<Case> {
             text: replace("max_nodes = 4", "max_nodes = \"four\""),
             key: "pools[1].max_nodes",
             line_of: ("max_nodes = \"four\"", 0),
-            piece: "expected integer, got a string",
+            piece: "expected integer >= 0, got a string",
         },
         Case {
             rule: "a cron expression that does not parse",

@@ -139,7 +139,7 @@ fn runs_table(report: &Report) -> String {
          <tbody>\n",
     );
     for run in &report.runs {
-        t.push_str(&run_row(run, &tiers));
+        t.push_str(&run_row(run, &tiers, report.comparable(run)));
     }
     let b = &report.bound;
     t.push_str(&format!(
@@ -219,16 +219,17 @@ fn team_tier_table(report: &Report) -> String {
 }
 
 /// One run's table row; the `spillway` row is highlighted because it is the one the reader compares.
-fn run_row(run: &RunReport, tiers: &[String]) -> String {
-    // A run that left jobs unfinished did less work: its cost is not comparable, so it gets no ratio.
-    let unfinished = run.jobs_unfinished > 0;
+fn run_row(run: &RunReport, tiers: &[String], comparable: bool) -> String {
+    // A run that left jobs unfinished, or completed fewer, did less work: its cost is not comparable, so it gets
+    // no ratio.
+    let unfinished = !comparable;
     let class = match (run.policy == "spillway", unfinished) {
         (_, true) => " class=\"unfinished\"",
         (true, false) => " class=\"hl\"",
         _ => "",
     };
     let vs_bound = if unfinished {
-        format!("not comparable ({} unfinished)", count(run.jobs_unfinished))
+        format!("not comparable ({} of {} done)", count(run.jobs_completed), count(run.jobs_submitted))
     } else if run.cost_vs_bound > 0.0 && run.cost_vs_bound < 1.0 {
         format!("{} †", ratio(run.cost_vs_bound))
     } else {

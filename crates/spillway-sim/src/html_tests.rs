@@ -150,19 +150,19 @@ fn formats_read_well() {
 #[test]
 fn a_run_that_left_jobs_unfinished_is_flagged_and_not_compared() {
     let mut r = report();
-    r.runs[2].jobs_unfinished = 1188;
+    (r.runs[2].jobs_unfinished, r.runs[2].jobs_completed) = (1188, 12);
     r.runs[0].cost_by_team = [("research".to_string(), 12.5), ("<vision>".to_string(), 3.0)].into_iter().collect();
     r.runs[0].cost_by_tier = [("p0".to_string(), 15.5)].into_iter().collect();
     let page = render(&r, &series(10), &waits());
     assert!(page.contains("<tr class=\"unfinished\"><td>fixed-only</td>"), "the unfinished run is greyed");
-    assert!(page.contains("not comparable (1,188 unfinished)"), "its ratio is withheld");
+    assert!(page.contains("not comparable (12 of 1,200 done)"), "its ratio is withheld");
     assert!(page.contains("<h2>Cost by team and tier</h2>") && page.contains("team &lt;vision&gt;"));
     assert!(page.contains("<dt>SLO misses</dt>"), "the columns are defined");
     let text = crate::run::summary_table(&r);
     let row = text.lines().find(|l| l.starts_with("fixed-only")).unwrap();
-    assert!(row.contains("n/a*") && text.contains("* fixed-only left 1188 of 1200 jobs unfinished"), "{text}");
+    assert!(row.contains("n/a*") && text.contains("* fixed-only completed 12 of 1200 jobs (1188 unfinished"), "{text}");
     // A finished run below the bound is marked: it paid less by making jobs wait.
-    r.runs[2].jobs_unfinished = 0;
+    (r.runs[2].jobs_unfinished, r.runs[2].jobs_completed) = (0, 1187);
     let page = render(&r, &series(10), &waits());
     assert!(page.contains("0.88× †"), "a run below the bound is marked");
     assert!(crate::run::summary_table(&r).contains("0.88+"));

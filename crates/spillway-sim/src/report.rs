@@ -157,6 +157,15 @@ pub struct TimeSeries {
     pub rows: Vec<Vec<f64>>,
 }
 
+impl Report {
+    /// Returns whether `run`'s cost compares with the others': it finished every job it was given, and completed as
+    /// many as the run that completed most (a run that refused or failed jobs did less work).
+    pub fn comparable(&self, run: &RunReport) -> bool {
+        let most = self.runs.iter().map(|r| r.jobs_completed).max().unwrap_or(0);
+        run.jobs_unfinished == 0 && run.jobs_completed >= most
+    }
+}
+
 /// Mean and percentiles (nearest rank) of `values`; all zero when empty.
 pub fn stats(values: &[f64]) -> Stats {
     if values.is_empty() {

@@ -303,7 +303,7 @@ pub fn summary_table(report: &Report) -> String {
     };
     // A run that left jobs unfinished did less work: its cost is not comparable, so it gets no ratio.
     let ratio = |r: &RunReport| match r.cost_vs_bound {
-        _ if r.jobs_unfinished > 0 => "n/a*".to_string(),
+        _ if !report.comparable(r) => "n/a*".to_string(),
         v if v > 0.0 && v < 1.0 => format!("{v:.2}+"),
         v => format!("{v:.2}"),
     };
@@ -332,13 +332,14 @@ pub fn summary_table(report: &Report) -> String {
         b.cost_by_market.on_demand,
         b.cost_by_market.spot
     );
-    if report.runs.iter().any(|r| r.jobs_unfinished == 0 && r.cost_vs_bound > 0.0 && r.cost_vs_bound < 1.0) {
+    if report.runs.iter().any(|r| report.comparable(r) && r.cost_vs_bound > 0.0 && r.cost_vs_bound < 1.0) {
         s += "+ below the bound, which starts every job at submission: it paid less by making jobs wait\n";
     }
-    for r in report.runs.iter().filter(|r| r.jobs_unfinished > 0) {
+    for r in report.runs.iter().filter(|r| !report.comparable(r)) {
         s += &format!(
-            "* {} left {} of {} jobs unfinished when the run ended: it did less work, so its cost is not comparable\n",
-            r.policy, r.jobs_unfinished, r.jobs_submitted
+            "* {} completed {} of {} jobs ({} unfinished when the run ended): it did less work, so its cost is not \
+             comparable\n",
+            r.policy, r.jobs_completed, r.jobs_submitted, r.jobs_unfinished
         );
     }
     if let Some(r) = report.runs.iter().find(|r| r.policy == "spillway") {

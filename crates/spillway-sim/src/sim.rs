@@ -180,6 +180,9 @@ struct Sim<'a> {
     events: u64,
     finished: usize,
     last_end: Time,
+    /// When a job last started (or the run began): a run whose queued jobs can never start stops
+    /// [`NO_PROGRESS_MS`] after it.
+    last_start: Time,
     lost_gpu_ms: i128,
     queued_gpus: i64,
     running_gpus: i64,
@@ -222,6 +225,7 @@ impl<'a> Sim<'a> {
             events: 0,
             finished: 0,
             last_end: t0,
+            last_start: t0,
             lost_gpu_ms: 0,
             queued_gpus: 0,
             running_gpus: 0,
@@ -243,6 +247,9 @@ impl<'a> Sim<'a> {
     }
 
     fn run(mut self) -> Result<SimOutcome, SimError> {
+        /// How long a run goes on with every job submitted, none running and none starting (35 days: longer than
+        /// a monthly schedule's gap).
+        const NO_PROGRESS_MS: Millis = 35 * 86_400_000;
         let mut next_job = 0usize;
         // Stop once every job ended and the cloud has had time to scale back in (bounded, so cron windows that
         // keep waking the engine cannot run forever).
@@ -262,6 +269,15 @@ impl<'a> Sim<'a> {
             self.drain_actions()?;
             let all_done = next_job == self.jobs.len() && self.finished == self.jobs.len();
             if all_done && (real_now > self.last_end + tail_ms || self.cloud_at_rest()) {
+                break;
+            }
+            if next_job == self.jobs.len()
+                && self.running_gpus == 0
+                && real_now
+                    > self.last_start.max(self.t0 + self.jobs.last().map_or(0, |j| j.submit_ms)) + NO_PROGRESS_MS
+            {
+                // Every job is submitted, none runs, and none has started for weeks: the cloud keeps failing to
+                // deliver (capacity 0) or nothing the queued jobs may use can grow. They are reported unfinished.
                 break;
             }
             if next_job == self.jobs.len() && self.stalled() {
@@ -487,6 +503,7 @@ impl<'a> Sim<'a> {
             // Traces drive no other scheduler, so nothing asks for its nodes and nothing hands them back.
             Action::ReturnNode { .. } => {}
             Action::StartJob { job, attempt, placement } => {
+                self.last_start = self.now;
                 let nodes = self.engine.cluster();
                 for &(n, _) in &placement {
                     let node = &nodes.nodes[n.0 as usize];

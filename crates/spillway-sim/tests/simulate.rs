@@ -203,3 +203,21 @@ fn on_the_alibaba_trace_spillway_beats_static_peak_and_on_demand_reactive() {
     assert!(sw.cost_usd < odr.cost_usd, "spillway costs no less than on-demand-reactive\n  {figures}");
     assert!(p0_p95(sw) <= p0_p95(odr), "spillway's p0 p95 queue wait exceeds on-demand-reactive's\n  {figures}");
 }
+
+#[test]
+fn a_tier_that_can_never_get_capacity_ends_the_run_with_its_jobs_unfinished() {
+    // p2 may use only spot, and the cloud never fills a spot launch: its jobs can never start.
+    let path = repo_path("examples/hybrid.toml");
+    let text = std::fs::read_to_string(&path).unwrap() + "\n[tiers.p2]\nmarkets = [\"spot\"]\n";
+    let text =
+        text.replace("capacity = { \"p3.16xlarge\" = 24 }", "capacity = { \"p3.16xlarge\" = 0, \"p3.2xlarge\" = 0 }");
+    let cfg = Config::parse("nospot.toml", &text).unwrap_or_else(|e| panic!("{e}"));
+    assert!(cfg.warnings().iter().any(|w| w.starts_with("tier p2:")), "{:?}", cfg.warnings());
+    let jobs = bursty_day(&cfg);
+    let out = run(&cfg, &jobs, 1);
+    let spillway = out.report.runs.iter().find(|r| r.policy == "spillway").unwrap();
+    let p2 = jobs.iter().filter(|j| j.spec.tier == "p2").count();
+    assert!(p2 > 0);
+    assert_eq!(spillway.jobs_unfinished, p2, "p2's jobs are reported unfinished, and the run ends");
+    assert!(!out.report.comparable(spillway));
+}

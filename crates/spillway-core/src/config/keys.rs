@@ -15,8 +15,19 @@ pub fn check(file: &str, text: &str) -> Vec<ConfigError> {
     let cx = Walk { file, text };
     cx.table(root.get_ref(), TOP, "", &mut errs);
     errs.sort_by_key(|(at, _)| *at);
-    errs.into_iter().map(|(_, e)| e).collect()
+    // The first ones, then a count: a file of thousands of mistakes is fixed from the top.
+    let more = errs.len().saturating_sub(MAX_ERRORS);
+    let mut out: Vec<ConfigError> = errs.into_iter().take(MAX_ERRORS).map(|(_, e)| e).collect();
+    if more > 0
+        && let Some(last) = out.last().cloned()
+    {
+        out.push(ConfigError { key: "(more)".into(), message: format!("and {more} more errors"), ..last });
+    }
+    out
 }
+
+/// Most errors one check reports.
+const MAX_ERRORS: usize = 50;
 
 /// What errors need to say where they are.
 struct Walk<'a> {
@@ -29,6 +40,7 @@ type Found = Vec<(usize, ConfigError)>;
 impl Walk<'_> {
     /// Returns an error at byte `at` for key `path`.
     fn err(&self, at: usize, path: &str, message: String) -> (usize, ConfigError) {
+        let path = &short(path);
         let before = &self.text[..at.min(self.text.len())];
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()).saturating_add(1);
@@ -64,11 +76,28 @@ impl Walk<'_> {
         let at = v.span().start;
         let got = v.get_ref();
         let ok = match (kind, got) {
-            (Kind::Int, DeValue::Integer(_))
-            | (Kind::Float, DeValue::Integer(_) | DeValue::Float(_))
+            (Kind::Int | Kind::SignedInt, DeValue::Integer(i)) => {
+                let (v, radix) = (i.as_str(), i.radix());
+                let fits = if matches!(kind, Kind::Int) {
+                    u32::from_str_radix(v, radix).is_ok()
+                } else {
+                    i32::from_str_radix(v, radix).is_ok()
+                };
+                if !fits {
+                    errs.push(self.err(at, path, format!("{i} is out of range for {}", kind_name(kind))));
+                }
+                true
+            }
+            (Kind::Secs, DeValue::String(text)) => {
+                if let Err(e) = super::secs::parse(text) {
+                    errs.push(self.err(at, path, e));
+                }
+                true
+            }
+            (Kind::Float, DeValue::Integer(_) | DeValue::Float(_))
             | (Kind::Bool, DeValue::Boolean(_))
             | (Kind::Str, DeValue::String(_))
-            | (Kind::Secs, DeValue::Integer(_) | DeValue::Float(_) | DeValue::String(_))
+            | (Kind::Secs, DeValue::Integer(_) | DeValue::Float(_))
             | (Kind::Free(_), DeValue::Table(_)) => true,
             (Kind::OneOf(allowed), DeValue::String(s)) => {
                 if !allowed.contains(&s.as_ref()) {
@@ -106,6 +135,11 @@ impl Walk<'_> {
             errs.push(self.err(at, path, format!("expected {}, got {}", kind_name(kind), value_name(got))));
         }
     }
+}
+
+/// Returns `s` cut to 80 characters for a message (a hostile key may be megabytes long).
+fn short(s: &str) -> String {
+    if s.chars().count() <= 80 { s.to_string() } else { s.chars().take(80).collect::<String>() + "..." }
 }
 
 /// Returns `path.name`, or `name` at the top.
@@ -195,7 +229,7 @@ mod tests {
         let shown: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
         assert_eq!(shown.len(), 6, "{shown:#?}");
         assert_eq!(shown[0], "c.toml:2:1: policy.preemptoin: unknown key here; did you mean `preemption`?");
-        assert_eq!(shown[1], "c.toml:3:14: policy.scan_limit: expected integer, got a string");
+        assert_eq!(shown[1], "c.toml:3:14: policy.scan_limit: expected integer >= 0, got a string");
         assert!(
             shown[2].starts_with("c.toml:7:10: pools[0].market: \"ondemand\" is not one of")
                 && shown[2].ends_with("did you mean \"on_demand\"?"),
@@ -206,5 +240,21 @@ mod tests {
         assert!(shown[4].starts_with("c.toml:10:32: pools[0].step_scaling[0].adjust: unknown key"), "{}", shown[4]);
         assert_eq!(shown[5], "c.toml:11:2: bogus: unknown top-level table");
         assert!(check("c.toml", "[policy]\npreemption = true\n[tiers.p9]\npriority = 9\n").is_empty());
+        // Values serde would refuse later (one at a time) are found in the same pass.
+        let more = check(
+            "c.toml",
+            "[[pools]]\nboot_latency_s = \"4 minutes\"\nmin_nodes = 99999999999\nmax_nodes = -1\n\
+                                    step_scaling = [{ below = 0.2, adjust_nodes = -2 }]\n",
+        );
+        let shown: Vec<String> = more.iter().map(|e| e.to_string()).collect();
+        assert_eq!(shown.len(), 3, "{shown:#?}");
+        assert!(shown[0].starts_with("c.toml:2:18: pools[0].boot_latency_s:"), "{shown:#?}");
+        assert!(shown[1].contains("pools[0].min_nodes: 99999999999 is out of range"), "{shown:#?}");
+        assert!(shown[2].contains("pools[0].max_nodes: -1 is out of range"), "{shown:#?}");
+        // Thousands of mistakes: the first 50, then a count.
+        let many: String = (0..2000).map(|i| format!("bogus{i} = 1\n")).collect();
+        let errs = check("c.toml", &format!("[policy]\n{many}"));
+        assert_eq!(errs.len(), 51);
+        assert_eq!(errs[50].message, "and 1950 more errors");
     }
 }

@@ -6,7 +6,10 @@
 /// What a key holds.
 #[derive(Debug, Clone, Copy)]
 pub enum Kind {
+    /// A whole number from 0 to 4,294,967,295.
     Int,
+    /// A whole number that may be negative (a step's `adjust_nodes`).
+    SignedInt,
     Float,
     Bool,
     Str,
@@ -90,10 +93,10 @@ pub const FIXED_NODES: &[Key] = &[
 ];
 
 pub const STEP_BAND: &[Key] = &[
-    k("above", Float, "", "Utilization share this band acts above (set it or `below`)."),
-    k("below", Float, "", "Utilization share this band acts below."),
+    k("above", Float, "none", "Utilization share this band acts above (set exactly one of `above`, `below`)."),
+    k("below", Float, "none", "Utilization share this band acts below."),
     k("hold_s", Secs, "5m", "How long the utilization must stay there."),
-    k("adjust_nodes", Int, "", "Nodes to add (negative: remove)."),
+    k("adjust_nodes", SignedInt, "", "Nodes to add (negative: remove)."),
 ];
 
 pub const PREDICTIVE: &[Key] = &[
@@ -190,7 +193,8 @@ pub const TOP: &[Key] = &[
 /// Returns a kind as the reference and errors name it.
 pub fn kind_name(kind: &Kind) -> String {
     match kind {
-        Int => "integer".into(),
+        Int => "integer >= 0".into(),
+        SignedInt => "integer".into(),
         Float => "number".into(),
         Bool => "boolean".into(),
         Str => "string".into(),

@@ -48,10 +48,13 @@ impl ConfigError {
 
     /// Wraps a TOML syntax or type error, keeping its line.
     pub(super) fn from_toml(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
-        let line = e.span().map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let before = e.span().map(|s| &text[..s.start.min(text.len())]);
+        let line = before.map(|b| b.matches('\n').count() + 1);
+        let column = before.map(|b| b.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1);
         let message = e.message().trim().to_string();
         // toml names the offending key in its message for unknown fields; keep the message as the key hint.
-        ConfigError { file: file.into(), key: "(syntax)".into(), line, message, column: None, also: Vec::new() }
+        let column = column.and_then(|c| u32::try_from(c).ok());
+        ConfigError { file: file.into(), key: "(syntax)".into(), line, message, column, also: Vec::new() }
     }
 }
 

@@ -5,8 +5,8 @@ use super::{Config, Market};
 
 impl Config {
     /// Returns a warning, in words, for each likely mistake: spot priced at or above on-demand; a tier whose jobs
-    /// may only use owned nodes, which never grow, so work beyond them waits for ever; a schedule whose window
-    /// never opens.
+    /// may only use owned nodes or cloud pools whose simulated `capacity` is 0, which never grow, so work beyond
+    /// them waits for ever; a schedule whose window never opens.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (i, t) in self.instance_types.iter().enumerate() {
@@ -22,7 +22,12 @@ impl Config {
             let usable: Vec<usize> = (0..self.pools.len())
                 .filter(|&i| t.markets.contains(&self.pools[i].market) && !self.pools[i].external())
                 .collect();
-            if !usable.is_empty() && usable.iter().all(|&i| self.pools[i].market == Market::Fixed) {
+            // A cloud pool whose every instance type has a simulated capacity of 0 never grows either.
+            let never_grows = |i: usize| {
+                let p = &self.pools[i];
+                p.market == Market::Fixed || p.instance_types.iter().all(|t| p.capacity.get(t) == Some(&0))
+            };
+            if !usable.is_empty() && usable.iter().all(|&i| never_grows(i)) {
                 let gpus = usable.iter().flat_map(|&i| &self.pools[i].nodes).map(|n| n.count.saturating_mul(n.gpus));
                 let gpus = gpus.fold(0u32, u32::saturating_add);
                 out.push(format!(
