@@ -169,7 +169,7 @@ impl Engine {
                     DecisionKind::ScaleOutBlocked,
                     || format!("pool:{name}"),
                     why.code(),
-                    || format!("demand waits: pool {detail}"),
+                    || format!("demand waits: pool {name}: {detail}"),
                 );
             }
             self.not_grown[p] = why;

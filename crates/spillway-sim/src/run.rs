@@ -294,8 +294,8 @@ pub fn write_outputs(dir: &Path, cmp: &Comparison, t0_ms: i64) -> std::io::Resul
 /// Returns the terminal summary: one line per run and the bound.
 pub fn summary_table(report: &Report) -> String {
     let mut s = format!(
-        "{:<20} {:>12} {:>8} {:>11} {:>11} {:>11} {:>10} {:>10} {:>10} {:>9}\n",
-        "policy", "cost USD", "/bound", "fixed", "on-demand", "spot", "p0 p95 wait", "p1 p95", "p2 p95", "done/sub"
+        "{:<22} {:>12} {:>8} {:>11} {:>11} {:>11} {:>10} {:>10} {:>10} {:>9}\n",
+        "policy", "cost USD", "/bound", "fixed", "on-demand", "spot", "p0 p95", "p1 p95", "p2 p95", "done/sub"
     );
     // A tier without jobs has no wait to show (not `0s`).
     let wait = |r: &RunReport, t: &str| {
@@ -309,7 +309,7 @@ pub fn summary_table(report: &Report) -> String {
     };
     for r in &report.runs {
         s += &format!(
-            "{:<20} {:>12.0} {:>8} {:>11.0} {:>11.0} {:>11.0} {:>10} {:>10} {:>10} {:>9}\n",
+            "{:<22} {:>12.0} {:>8} {:>11.0} {:>11.0} {:>11.0} {:>10} {:>10} {:>10} {:>9}\n",
             r.policy,
             r.cost_usd,
             ratio(r),
@@ -324,7 +324,7 @@ pub fn summary_table(report: &Report) -> String {
     }
     let b = &report.bound;
     s += &format!(
-        "{:<20} {:>12.0} {:>8.2} {:>11.0} {:>11.0} {:>11.0}\n",
+        "{:<22} {:>12.0} {:>8.2} {:>11.0} {:>11.0} {:>11.0}\n",
         "instant-overflow bound",
         b.cost_usd,
         1.0,

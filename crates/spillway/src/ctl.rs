@@ -415,13 +415,14 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
                     if let Ok(p) = serde_json::from_value::<PoolView>(v.clone())
                         && p.nodes > p.max_nodes
                     {
+                        let (gone, max) = (p.nodes - p.max_nodes, p.max_nodes);
                         eprintln!(
-                            "warning: pool {} has {} live nodes, above its new max of {}: {} go, the idle ones now and \
+                            "warning: pool {} has {} live, above its new max of {max}: {} {}, the idle ones now and \
                              the busy ones as their jobs end",
                             p.name,
-                            p.nodes,
-                            p.max_nodes,
-                            p.nodes - p.max_nodes
+                            if p.nodes == 1 { "1 node".to_string() } else { format!("{} nodes", p.nodes) },
+                            gone,
+                            if gone == 1 { "goes" } else { "go" }
                         );
                     }
                     v

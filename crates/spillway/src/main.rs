@@ -173,16 +173,21 @@ fn config_check(file: &std::path::Path) -> Result<()> {
     for w in cfg.warnings() {
         eprintln!("{}: warning: {w}", file.display());
     }
-    let nodes: u32 = cfg.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count).sum();
-    println!(
-        "{}: ok ({} tiers, {} teams, {} instance types, {} pools, {} fixed nodes, {} schedules; {provider}{slurm})",
-        file.display(),
-        cfg.tiers.len(),
-        cfg.teams.len(),
-        cfg.instance_types.len(),
-        cfg.pools.len(),
-        nodes,
-        cfg.schedules.len()
-    );
+    let nodes = cfg.pools.iter().flat_map(|p| &p.nodes).map(|n| n.count).fold(0u32, u32::saturating_add);
+    let counted = [
+        (cfg.tiers.len(), "tier"),
+        (cfg.teams.len(), "team"),
+        (cfg.instance_types.len(), "instance type"),
+        (cfg.pools.len(), "pool"),
+        (nodes as usize, "fixed node"),
+        (cfg.schedules.len(), "schedule"),
+    ];
+    let counted: Vec<String> = counted.iter().map(|&(n, what)| plural(n, what)).collect();
+    println!("{}: ok ({}; {provider}{slurm})", file.display(), counted.join(", "));
     Ok(())
+}
+
+/// Returns `n` and `noun`, plural unless `n` is 1 (`1 pool`, `3 pools`).
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }

@@ -135,15 +135,16 @@ pub fn run(args: Args) -> Result<()> {
         bar.set_message(format!("simulating {policy}"));
     })?;
     bar.finish_and_clear();
-    println!(
-        "{} jobs from {} on {} (seed {}), {:.2} s\n",
+    // The source names the seed of a generated workload already; a trace's run still says which seed it used.
+    let seed = if args.trace.is_some() { format!(" (seed {})", args.seed) } else { String::new() };
+    say(&format!(
+        "{} jobs from {} on {}{seed}, {:.2} s\n\n",
         jobs.len(),
         trace.source,
         cmp.report.input.config,
-        args.seed,
         started.elapsed().as_secs_f64()
-    );
-    print!("{}", summary_table(&cmp.report));
+    ));
+    say(&summary_table(&cmp.report));
     writer
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -154,6 +155,17 @@ pub fn run(args: Args) -> Result<()> {
     let done = args.out.join("events.jsonl");
     std::fs::rename(&events_path, &done)
         .with_context(|| format!("renaming {} to {}", events_path.display(), done.display()))?;
-    println!("\nwrote {0}/report.json, {0}/timeseries.csv, {0}/events.jsonl, {0}/report.html", args.out.display());
+    say(&format!(
+        "\nwrote {0}/report.json, {0}/timeseries.csv, {0}/events.jsonl, {0}/report.html\n",
+        args.out.display()
+    ));
     Ok(())
+}
+
+/// Prints `text` to stdout; a reader that went away (`simulate | head`) is no error, so the outputs are still
+/// written.
+fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
