@@ -12,12 +12,20 @@ use toml::de::{DeTable, DeValue};
 pub fn check(file: &str, text: &str) -> Vec<ConfigError> {
     let Ok(root) = DeTable::parse(text) else { return Vec::new() };
     let mut errs = Vec::new();
-    let cx = Walk { file, text };
+    let cx = Walk { file };
     cx.table(root.get_ref(), TOP, "", &mut errs);
     errs.sort_by_key(|(at, _)| *at);
-    // The first ones, then a count: a file of thousands of mistakes is fixed from the top.
+    // The first ones, then a count: a file of thousands of mistakes is fixed from the top. Only the ones shown
+    // are located (finding a line scans the text before it).
     let more = errs.len().saturating_sub(MAX_ERRORS);
-    let mut out: Vec<ConfigError> = errs.into_iter().take(MAX_ERRORS).map(|(_, e)| e).collect();
+    let mut out: Vec<ConfigError> = errs
+        .into_iter()
+        .take(MAX_ERRORS)
+        .map(|(at, e)| {
+            let (line, column) = super::locate::line_column(text, at);
+            ConfigError { line: Some(line), column: Some(column), ..e }
+        })
+        .collect();
     if more > 0
         && let Some(last) = out.last().cloned()
     {
@@ -29,30 +37,26 @@ pub fn check(file: &str, text: &str) -> Vec<ConfigError> {
 /// Most errors one check reports.
 const MAX_ERRORS: usize = 50;
 
-/// What errors need to say where they are.
+/// The walk over the file's tables: what its errors name.
 struct Walk<'a> {
     file: &'a str,
-    text: &'a str,
 }
 
 type Found = Vec<(usize, ConfigError)>;
 
 impl Walk<'_> {
-    /// Returns an error at byte `at` for key `path`.
+    /// Returns an error at byte `at` for key `path` (located once it is known to be shown, see [`check`]).
     fn err(&self, at: usize, path: &str, message: String) -> (usize, ConfigError) {
         let path = &short(path);
-        let before = &self.text[..at.min(self.text.len())];
-        let line = before.matches('\n').count() + 1;
-        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()).saturating_add(1);
         let e = ConfigError {
             file: self.file.into(),
             key: if path.is_empty() { "(top level)".into() } else { path.into() },
-            line: Some(line),
+            line: None,
             message,
             column: None,
             also: Vec::new(),
         };
-        (at, e.at_column(u32::try_from(column).unwrap_or(u32::MAX)))
+        (at, e)
     }
 
     /// Checks a table's keys against `keys`.

@@ -44,6 +44,14 @@ pub fn line_of(text: &str, table: &str, index: Option<usize>, key: &str) -> Opti
     None
 }
 
+/// Returns the 1-based line and column (in chars) of byte `at` of `text`.
+pub fn line_column(text: &str, at: usize) -> (usize, u32) {
+    let before = text.get(..at.min(text.len())).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()).saturating_add(1);
+    (line, u32::try_from(column).unwrap_or(u32::MAX))
+}
+
 fn key_matches(line: &str, key: &str) -> bool {
     let Some(rest) = line.strip_prefix(key) else { return false };
     let rest = rest.trim_start();

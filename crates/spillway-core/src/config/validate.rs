@@ -31,11 +31,6 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl ConfigError {
-    /// Returns the error at `column` of its line.
-    pub(super) fn at_column(self, column: u32) -> ConfigError {
-        ConfigError { column: Some(column), ..self }
-    }
-
     /// Returns the first of `errors` carrying the others, or `None` for none.
     pub(super) fn all(mut errors: Vec<ConfigError>) -> Option<ConfigError> {
         if errors.is_empty() {
@@ -48,12 +43,10 @@ impl ConfigError {
 
     /// Wraps a TOML syntax or type error, keeping its line.
     pub(super) fn from_toml(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
-        let before = e.span().map(|s| &text[..s.start.min(text.len())]);
-        let line = before.map(|b| b.matches('\n').count() + 1);
-        let column = before.map(|b| b.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1);
+        let at = e.span().map(|s| super::locate::line_column(text, s.start));
+        let (line, column) = (at.map(|a| a.0), at.map(|a| a.1));
         let message = e.message().trim().to_string();
         // toml names the offending key in its message for unknown fields; keep the message as the key hint.
-        let column = column.and_then(|c| u32::try_from(c).ok());
         ConfigError { file: file.into(), key: "(syntax)".into(), line, message, column, also: Vec::new() }
     }
 }
