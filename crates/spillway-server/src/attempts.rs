@@ -49,6 +49,11 @@ impl Attempts {
         }
     }
 
+    /// Returns the node that `rank` of `attempt` of `job` was placed on, if that attempt started.
+    pub fn node_of(&self, job: u32, attempt: u32, rank: u32) -> Option<NodeId> {
+        self.by_job.get(&(job, attempt)).and_then(|a| a.placement.get(rank as usize)).map(|&(n, _)| n)
+    }
+
     /// Returns `job`'s attempts in order, at `now` (a running attempt's cost runs to now), pricing each node
     /// with `node_price` (USD per hour of the whole node, and its GPUs).
     pub fn views(&self, job: JobId, now: Time, node_price: impl Fn(NodeId) -> (f64, u32)) -> Vec<AttemptView> {

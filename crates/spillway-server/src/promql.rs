@@ -11,7 +11,7 @@
 use crate::daemon::Shared;
 use crate::store::Entry;
 use spillway_core::config::Prometheus;
-use spillway_core::{Event, NodeId, NodeState};
+use spillway_core::{Event, NodeId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,8 +86,9 @@ fn short(s: &str) -> String {
     s
 }
 
-/// Returns each of `ready`'s nodes' share from `series`, or why the answer cannot be used: a value that is not a
-/// share in [0, 1], two series for one node, or several series none of which names a node.
+/// Returns each of `ready`'s nodes' share from `series` (`ready` ascending, as the pool's index keeps it), or why
+/// the answer cannot be used: a value that is not a share in [0, 1], two series for one node, or several series
+/// none of which names a node.
 pub fn node_shares(series: &[Series], ready: &[u32]) -> Result<Vec<(NodeId, f64)>, String> {
     let check = |what: &str, v: f64| {
         if (0.0..=1.0).contains(&v) {
@@ -111,7 +112,8 @@ pub fn node_shares(series: &[Series], ready: &[u32]) -> Result<Vec<(NodeId, f64)
             ));
         };
         // A node's id as the API spells it (`7`, not `07` or `+7`, which would count twice).
-        let Some(n) = name.parse::<u32>().ok().filter(|n| n.to_string() == *name && ready.contains(n)) else {
+        let Some(n) = name.parse::<u32>().ok().filter(|n| n.to_string() == *name && ready.binary_search(n).is_ok())
+        else {
             continue;
         };
         if found.insert(n, check(&format!("node {n}"), s.value)?).is_some() {
@@ -167,14 +169,7 @@ impl Shared {
         for (pool, query) in queries {
             let answer = run_query(agent, &prom.url, &query, &prom.node_label);
             let mut st = self.state();
-            let ready: Vec<u32> = st
-                .engine
-                .cluster()
-                .nodes
-                .iter()
-                .filter(|n| n.pool == pool && n.state == NodeState::Ready)
-                .map(|n| n.id.0)
-                .collect();
+            let ready: Vec<u32> = st.engine.cluster().pools[pool].ready.iter().map(|n| n.0).collect();
             let (samples, error) = match answer.and_then(|s| node_shares(&s, &ready)) {
                 Ok(samples) => (samples, None),
                 Err(e) => (Vec::new(), Some(e)),

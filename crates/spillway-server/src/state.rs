@@ -109,9 +109,6 @@ pub struct State {
     pub(crate) attempts_handed: BTreeMap<u32, BTreeMap<u32, u32>>,
     /// The `seq` of the last heartbeat handled per node: an older one (a delayed or duplicated request) is stale.
     pub(crate) beat_seq: BTreeMap<u32, u64>,
-    /// Where every attempt was placed (node per rank), from the engine's `StartJob` actions (so a replay rebuilds
-    /// it): a node's report that it runs a worker counts only for a worker placed on it.
-    pub(crate) placed: BTreeMap<(u32, u32), Vec<u32>>,
     /// Set on a graceful stop: no work is handed out while the agents report their last exits.
     pub stopping: bool,
     /// Per team, the jobs that may still be unfinished (pruned by [`State::backlog`]).
@@ -193,7 +190,6 @@ impl State {
             attempts_handed: BTreeMap::new(),
             beat_seq: BTreeMap::new(),
             launching: BTreeSet::new(),
-            placed: BTreeMap::new(),
             backlog: BTreeMap::new(),
             stopping: false,
             exits: BTreeMap::new(),
@@ -347,7 +343,6 @@ impl State {
                 Action::Terminate { node } if !self.replaying => self.effects.push(Effect::Terminate { node: node.0 }),
                 Action::StartJob { job, attempt, placement } => {
                     self.attempts.started(now, job, attempt, &placement);
-                    self.placed.insert((job.0, attempt), placement.iter().map(|(n, _)| n.0).collect());
                 }
                 Action::Launch { .. } | Action::Terminate { .. } => {}
                 Action::StopJob { job, attempt, grace_ms, reason } => {
@@ -601,9 +596,11 @@ impl State {
         if over((ids.len(), *bytes)) { Err((ids.len(), *bytes)) } else { Ok(()) }
     }
 
-    /// Returns whether worker `w` was ever placed on node `n` (by any attempt's placement).
+    /// Returns whether worker `w` was ever placed on node `n` (by any attempt's placement, as `attempts` keeps it
+    /// from the engine's `StartJob` actions, so a replay rebuilds it): a node's report that it runs a worker counts
+    /// only for a worker placed on it.
     pub fn placed_on(&self, n: u32, w: WorkerRef) -> bool {
-        self.placed.get(&(w.job, w.attempt)).and_then(|p| p.get(w.rank as usize)).is_some_and(|&on| on == n)
+        self.attempts.node_of(w.job, w.attempt, w.rank) == Some(NodeId(n))
     }
 
     /// Returns whether node `n` is one another scheduler (Slurm) asked for.
