@@ -1,17 +1,26 @@
 //! The HTML report: one self-contained page (inline CSS and SVG, no scripts or external resources) showing the runs
-//! of every policy side by side with the bound, capacity against demand over time, cumulative cost by market, and
-//! the queue-wait distribution per tier.
+//! of every policy side by side with the bound, capacity against demand over time (the spillway run's, and one small
+//! chart per run on shared scales), cumulative cost by market, cost by team and tier, interruptions and lost work,
+//! and the queue-wait distribution per tier. Every pool, market, team and tier has one colour on the whole page
+//! ([`colors::Colors`]), and every mark that stands for one carries its `data-key`.
 //!
 //! Output is deterministic: maps are ordered, floats are printed at fixed precision and nothing depends on the clock,
 //! so the same inputs give the same bytes.
 
-use crate::report::{Report, RunReport, TimeSeries, stats};
+use crate::report::{Report, RunReport, TimeSeries};
 use std::collections::{BTreeMap, BTreeSet};
 
+#[path = "html_bars.rs"]
+mod bars;
+#[path = "html_colors.rs"]
+mod colors;
 #[path = "html_svg.rs"]
 mod svg;
+#[path = "html_time.rs"]
+mod time;
 
-use svg::{Frame, LegendItem, Scale, Swatch, count, duration, esc, group};
+use colors::Colors;
+use svg::{count, duration, esc, group};
 
 /// Most points drawn per line: enough for a smooth 1000-pixel chart while keeping 100,000-row series small.
 const MAX_POINTS: usize = 1500;
@@ -37,14 +46,25 @@ section{margin-top:30px}.note{color:#4a5360;font-size:13px;margin:6px 0 0}\
 svg{width:100%;height:auto;display:block;border:1px solid #e3e6ea;border-radius:4px;background:#fff}\
 svg text{font-size:12px;font-family:system-ui,sans-serif;fill:#333}\
 svg .grid line{stroke:#e8ebef;stroke-width:1}svg .frame{fill:none;stroke:#9aa3ad}\
-svg .title{fill:#4a5360;font-size:12.5px}svg .empty{fill:#8a929c;font-size:15px}";
+svg .title{fill:#4a5360;font-size:12.5px}svg .empty{fill:#8a929c;font-size:15px}\
+.multiples,.pair{display:grid;grid-template-columns:repeat(auto-fill,minmax(440px,1fr));gap:12px}\
+figure{margin:0}figcaption{font-size:13px;color:#4a5360;margin:0 0 2px}\
+.legend{font-size:13px;margin:0 0 8px}.legend .item{margin-right:14px;white-space:nowrap}\
+.legend i{display:inline-block;vertical-align:middle;margin-right:6px;width:20px}\
+.legend i.bar{height:3px}.legend i.box{height:10px;opacity:.6}";
 
-/// Renders the whole report page.
+/// Returns the whole report page.
 ///
-/// `series` is the time series of the run that was recorded (columns as documented on [`TimeSeries`]; missing
-/// columns are simply not drawn) and `waits_by_tier` holds the queue wait of every started job, in seconds, by tier.
-pub fn render(report: &Report, series: &TimeSeries, waits_by_tier: &BTreeMap<String, Vec<f64>>) -> String {
-    let mut out = String::with_capacity(128 * 1024);
+/// `series` is the time series of the `spillway` run (columns as documented on [`TimeSeries`]; missing columns are
+/// simply not drawn), `others` those of the other runs by policy (drawn as small multiples beside it), and
+/// `waits_by_tier` the queue wait of every started job of the `spillway` run, in seconds, by tier.
+pub fn render(
+    report: &Report,
+    series: &TimeSeries,
+    others: &BTreeMap<String, TimeSeries>,
+    waits_by_tier: &BTreeMap<String, Vec<f64>>,
+) -> String {
+    let mut out = String::with_capacity(256 * 1024);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
     out.push_str("<title>Spillway simulation report</title>\n");
@@ -52,43 +72,88 @@ pub fn render(report: &Report, series: &TimeSeries, waits_by_tier: &BTreeMap<Str
     out.push_str("<h1>Spillway simulation report</h1>\n");
     out.push_str(&summary(report));
     out.push_str(&runs_table(report));
-
-    let data = Series::new(series);
-    section(
-        &mut out,
-        "Demand and capacity",
-        &capacity_chart(&data, &report.input.pool_markets),
-        "Lines: GPUs provisioned in each pool (steps change when nodes join or leave). Shaded: GPUs of that pool \
-         running jobs. Black: total demand, GPUs of queued plus running jobs; where it rises above the pools' \
-         capacity, jobs wait.",
-    );
-    section(
-        &mut out,
-        "Cumulative cost by market",
-        &cost_chart(&data),
-        "Stacked areas: money spent so far on fixed (reserved) capacity, on-demand and spot instances. The top edge \
-         is the total; a steep slope means expensive hours.",
-    );
-    if data.get("spot:ready_nodes").is_some_and(|v| v.iter().any(|&x| x > 0.0))
-        || !data.get("spot:requested_nodes").unwrap_or_default().iter().all(|&x| x == 0.0)
-    {
-        section(
-            &mut out,
-            "Spot nodes: ready vs requested",
-            &spot_chart(&data),
-            "Solid: spot nodes ready to run work. Dashed: spot nodes asked for and not ready yet (booting, or \
-             launches the cloud has not filled). A wide gap means spot capacity is scarce or slow.",
-        );
+    let mut runs: BTreeMap<&str, &TimeSeries> = others.iter().map(|(p, s)| (p.as_str(), s)).collect();
+    if report.runs.iter().any(|r| r.policy == "spillway") {
+        runs.insert("spillway", series);
     }
+    let colors = Colors::new(report, runs.values().copied().chain([series]));
+    time_sections(&mut out, report, series, &runs, &colors);
     section(
         &mut out,
-        "Queue wait by tier",
-        &wait_chart(waits_by_tier),
+        "Interruptions and lost work, every run",
+        &bars::interruptions(report),
+        "Left: how often each run's jobs were stopped before they finished: spot interruption notices (the cloud \
+         reclaiming a spot node, with a short warning) and preemptions (a job stopped to make room for a higher \
+         tier's). Right: GPU-hours of work redone, the GPU time stopped attempts had run since their last \
+         checkpoint (after interruptions, preemptions or lost nodes), which had to run again.",
+    );
+    section(
+        &mut out,
+        "Queue wait by tier, spillway run",
+        &time::wait_chart(waits_by_tier, &colors),
         "Share of started jobs of each tier that waited at most the time on the x axis (log scale). Jobs that \
          started immediately sit at the left edge; a curve further left is better.",
     );
     out.push_str("<p class=\"note\">Generated by spillway-sim.</p>\n</body>\n</html>\n");
     out
+}
+
+/// Appends the charts over time (the spillway run's, and the small multiples of every run) and the cost split.
+fn time_sections(
+    out: &mut String,
+    report: &Report,
+    series: &TimeSeries,
+    runs: &BTreeMap<&str, &TimeSeries>,
+    colors: &Colors,
+) {
+    let data = time::Series::new(series);
+    section(
+        out,
+        "Demand and capacity, spillway run",
+        &time::capacity_chart(&data, colors),
+        "Lines: GPUs provisioned in each pool (steps change when nodes join or leave). Shaded: GPUs of that pool \
+         running jobs. Black: total demand, GPUs of queued plus running jobs; where it rises above the pools' \
+         capacity, jobs wait.",
+    );
+    if !runs.is_empty() {
+        section(
+            out,
+            "Capacity and queue, every run",
+            &time::multiples(report, runs, colors),
+            "One chart per run, on the same time and GPU scales and in the same colours: lines are the GPUs \
+             provisioned in each pool, the shaded area the GPUs of queued jobs, black the total demand (queued plus \
+             running). Each line is drawn from at most 400 points (the highest value of each stretch of samples, so \
+             short peaks stay); the time axis is the spillway run's, and a run that went on longer says where it was \
+             cut.",
+        );
+    }
+    section(
+        out,
+        "Cumulative cost by market, spillway run",
+        &time::cost_chart(&data),
+        "Stacked areas: money spent so far on fixed (reserved) capacity, on-demand and spot instances. The top edge \
+         is the total; a steep slope means expensive hours.",
+    );
+    let split = bars::cost_split(report, colors);
+    if !split.is_empty() {
+        section(
+            out,
+            "Cost by team and tier, every run",
+            &split,
+            "One bar per run, split by what each team's (top) and each tier's (bottom) jobs cost: their GPUs' share \
+             of the nodes they ran on. The grey end is idle cost, GPUs paid for that ran no job, so a bar is the \
+             run's total cost (printed after it) and both charts share one scale.",
+        );
+    }
+    if data.has_spot() {
+        section(
+            out,
+            "Spot nodes: ready vs requested, spillway run",
+            &time::spot_chart(&data),
+            "Solid: spot nodes ready to run work. Dashed: spot nodes asked for and not ready yet (booting, or \
+             launches the cloud has not filled). A wide gap means spot capacity is scarce or slow.",
+        );
+    }
 }
 
 /// The one-line description of the input.
@@ -271,300 +336,6 @@ fn section(out: &mut String, title: &str, chart: &str, note: &str) {
         esc(title),
         esc(note)
     ));
-}
-
-/// The time series prepared for drawing: the time column, the buckets rows are merged into, and the time unit.
-/// Rows are taken in the order given (the simulator writes them in time order); buckets are runs of adjacent rows.
-struct Series<'a> {
-    series: &'a TimeSeries,
-    /// Sample times in x-axis units; empty when there is no `time_s` column or no rows.
-    time: Vec<f64>,
-    ranges: Vec<(usize, usize)>,
-    /// Seconds per x-axis unit, and the unit's name.
-    unit: (f64, &'static str),
-    /// x-axis range in units.
-    x: Scale,
-}
-
-impl<'a> Series<'a> {
-    fn new(series: &'a TimeSeries) -> Series<'a> {
-        let time = column(series, "time_s").unwrap_or_default();
-        let lo = time.iter().copied().fold(0.0, f64::min);
-        let hi = time.iter().copied().fold(lo, f64::max);
-        // Days read better than hundreds of hours; below three days hours keep the ticks meaningful.
-        let unit =
-            if hi - lo >= 3.0 * SECONDS_PER_DAY { (SECONDS_PER_DAY, "days") } else { (SECONDS_PER_HOUR, "hours") };
-        let ranges = svg::buckets(time.len(), MAX_POINTS);
-        let time = time.into_iter().map(|s| s / unit.0).collect();
-        Series { series, ranges, unit, x: Scale::linear(lo / unit.0, hi / unit.0), time }
-    }
-
-    /// A column as values, `None` when absent.
-    fn get(&self, name: &str) -> Option<Vec<f64>> {
-        if self.time.is_empty() { None } else { column(self.series, name) }
-    }
-
-    /// Downsampled points of `ys` against time in axis units.
-    fn points(&self, ys: &[f64]) -> Vec<(f64, f64)> {
-        svg::downsample_max(&self.time, ys, &self.ranges)
-    }
-
-    /// Labelled x ticks in the chosen unit.
-    fn xticks(&self) -> Vec<(f64, String)> {
-        let step = svg::nice_step(self.x.hi - self.x.lo, 8);
-        let d = svg::decimals(step);
-        svg::ticks_in(self.x.lo, self.x.hi, step).into_iter().map(|v| (v, format!("{v:.d$}"))).collect()
-    }
-
-    fn xtitle(&self) -> String {
-        format!("time since start of trace ({})", self.unit.1)
-    }
-}
-
-/// Values of the named column, one per row; cells missing from short rows and non-finite cells read as 0.
-fn column(series: &TimeSeries, name: &str) -> Option<Vec<f64>> {
-    let idx = series.columns.iter().position(|c| c == name)?;
-    Some(series.rows.iter().map(|r| r.get(idx).copied().filter(|v| v.is_finite()).unwrap_or(0.0)).collect())
-}
-
-/// Pool names found in `pool:<name>:capacity_gpus` / `pool:<name>:busy_gpus` columns (names may contain colons).
-fn pools(series: &TimeSeries) -> BTreeSet<String> {
-    series
-        .columns
-        .iter()
-        .filter_map(|c| {
-            let rest = c.strip_prefix("pool:")?;
-            rest.strip_suffix(":capacity_gpus").or_else(|| rest.strip_suffix(":busy_gpus")).map(str::to_string)
-        })
-        .collect()
-}
-
-/// Largest y of several point sets.
-fn max_y<'p>(sets: impl IntoIterator<Item = &'p Vec<(f64, f64)>>) -> f64 {
-    sets.into_iter().flatten().map(|p| p.1).fold(0.0, f64::max)
-}
-
-/// Holds the last value to the right edge of the plot, so a single sample still shows as a line.
-fn held(mut pts: Vec<(f64, f64)>, x_hi: f64) -> Vec<(f64, f64)> {
-    if let Some(&(x, y)) = pts.last()
-        && x < x_hi
-    {
-        pts.push((x_hi, y));
-    }
-    pts
-}
-
-/// Chart 1: capacity (step lines) and busy GPUs (shaded) per pool, and total demand.
-fn capacity_chart(data: &Series, markets: &BTreeMap<String, String>) -> String {
-    let x_hi = data.x.hi;
-    let mut layers = Vec::new(); // (pool, colour, busy points, capacity points)
-    let mut used: BTreeSet<&str> = BTreeSet::new();
-    let mut spare = svg::PALETTE[3..].iter().cycle();
-    for pool in pools(data.series).iter() {
-        // A pool takes its market's colour (as in the cost chart); a second pool of a market, another.
-        let color = match markets.get(pool).map(String::as_str).and_then(market_color) {
-            Some(c) if used.insert(c) => c,
-            _ => spare.next().copied().unwrap_or("#555555"),
-        };
-        let busy = data.get(&format!("pool:{pool}:busy_gpus")).map(|c| held(svg::step(&data.points(&c)), x_hi));
-        let cap = data.get(&format!("pool:{pool}:capacity_gpus")).map(|c| held(svg::step(&data.points(&c)), x_hi));
-        layers.push((pool.clone(), color, busy, cap));
-    }
-    let queued = data.get("demand:queued_gpus");
-    let running = data.get("demand:running_gpus");
-    let demand = match (queued, running) {
-        (None, None) => None,
-        (q, r) => {
-            let (q, r) = (q.unwrap_or_default(), r.unwrap_or_default());
-            let total: Vec<f64> =
-                (0..data.time.len()).map(|i| q.get(i).unwrap_or(&0.0) + r.get(i).unwrap_or(&0.0)).collect();
-            Some(held(svg::step(&data.points(&total)), x_hi))
-        }
-    };
-
-    let mut legend: Vec<LegendItem> = Vec::new();
-    if demand.is_some() {
-        legend.push(("#1d2430".into(), "total demand (queued + running)".into(), Swatch::Line));
-    }
-    for (pool, color, busy, cap) in &layers {
-        if cap.is_some() {
-            legend.push(((*color).into(), format!("{pool} capacity"), Swatch::Line));
-        }
-        if busy.is_some() {
-            legend.push(((*color).into(), format!("{pool} busy"), Swatch::Area(0.25)));
-        }
-    }
-    let all = layers.iter().flat_map(|(_, _, b, c)| [b, c]).chain([&demand]).flatten();
-    let (y_hi, yt, step) = svg::zero_based_axis(max_y(all));
-    let f = Frame::new(360.0, svg::legend_rows(&legend), data.x, Scale::linear(0.0, y_hi));
-    let d = svg::decimals(step);
-    let yticks: Vec<(f64, String)> = yt.into_iter().map(|v| (v, format!("{v:.d$}"))).collect();
-
-    let mut out = String::new();
-    svg::open(&mut out, &f, "GPUs provisioned, busy and demanded over time, per pool");
-    svg::axes(&mut out, &f, &data.xticks(), &yticks, &data.xtitle(), "GPUs");
-    svg::legend(&mut out, &legend);
-    // Shading first, lines over it, demand on top: the comparison the reader makes is demand against capacity.
-    for (_, color, busy, _) in &layers {
-        if let Some(b) = busy {
-            svg::area(&mut out, &f, b, color, 0.25);
-        }
-    }
-    for (_, color, _, cap) in &layers {
-        if let Some(c) = cap {
-            svg::line(&mut out, &f, c, color, 2.2, None);
-        }
-    }
-    if let Some(dm) = &demand {
-        svg::line(&mut out, &f, dm, "#1d2430", 1.4, None);
-    }
-    if legend.is_empty() {
-        svg::message(&mut out, &f, "No capacity or demand samples");
-    }
-    out.push_str("</svg>\n");
-    out
-}
-
-/// Returns the colour of a market in every chart (the cost chart's).
-fn market_color(market: &str) -> Option<&'static str> {
-    match market {
-        "fixed" => Some(svg::PALETTE[0]),
-        "on_demand" => Some(svg::PALETTE[1]),
-        "spot" => Some(svg::PALETTE[2]),
-        _ => None,
-    }
-}
-
-/// Chart: spot nodes ready against spot nodes requested but not ready, over time.
-fn spot_chart(data: &Series) -> String {
-    let x_hi = data.x.hi;
-    let ready = data.get("spot:ready_nodes").map(|c| held(svg::step(&data.points(&c)), x_hi)).unwrap_or_default();
-    let asked = data.get("spot:requested_nodes").map(|c| held(svg::step(&data.points(&c)), x_hi)).unwrap_or_default();
-    let legend: Vec<LegendItem> = vec![
-        (svg::PALETTE[2].into(), "spot nodes ready".into(), Swatch::Line),
-        (svg::PALETTE[3].into(), "spot nodes requested, not ready".into(), Swatch::Line),
-    ];
-    let (y_hi, yt, step) = svg::zero_based_axis(max_y([&ready, &asked]));
-    let f = Frame::new(260.0, svg::legend_rows(&legend), data.x, Scale::linear(0.0, y_hi));
-    let d = svg::decimals(step);
-    let yticks: Vec<(f64, String)> = yt.into_iter().map(|v| (v, format!("{v:.d$}"))).collect();
-    let mut out = String::new();
-    svg::open(&mut out, &f, "Spot nodes ready and requested over time");
-    svg::axes(&mut out, &f, &data.xticks(), &yticks, &data.xtitle(), "nodes");
-    svg::legend(&mut out, &legend);
-    svg::line(&mut out, &f, &ready, svg::PALETTE[2], 2.0, None);
-    svg::line(&mut out, &f, &asked, svg::PALETTE[3], 1.6, Some("5 3"));
-    out.push_str("</svg>\n");
-    out
-}
-
-/// Chart 2: cumulative cost by market as stacked areas.
-fn cost_chart(data: &Series) -> String {
-    const MARKETS: [(&str, &str, &str); 3] = [
-        ("cost:fixed", "fixed", svg::PALETTE[0]),
-        ("cost:on_demand", "on-demand", svg::PALETTE[1]),
-        ("cost:spot", "spot", svg::PALETTE[2]),
-    ];
-    let cols: Vec<Option<Vec<f64>>> = MARKETS.iter().map(|(c, _, _)| data.get(c)).collect();
-    let any = cols.iter().any(Option::is_some);
-    // Running sums per row give each band's top edge; max-downsampling keeps their order because it is row-wise.
-    let mut acc = vec![0.0; if any { data.time.len() } else { 0 }];
-    let mut tops = Vec::new();
-    for col in &cols {
-        if let Some(c) = col {
-            for (a, v) in acc.iter_mut().zip(c) {
-                *a += v;
-            }
-        }
-        tops.push(held(data.points(&acc), data.x.hi));
-    }
-    let (y_hi, yt, step) = svg::zero_based_axis(max_y(&tops));
-    let yticks: Vec<(f64, String)> = yt.into_iter().map(|v| (v, svg::usd_tick(v, y_hi, step))).collect();
-    let legend: Vec<LegendItem> = MARKETS
-        .iter()
-        .zip(&cols)
-        .filter(|(_, c)| c.is_some())
-        .map(|((_, name, color), _)| ((*color).into(), (*name).into(), Swatch::Area(1.0)))
-        .collect();
-    let f = Frame::new(320.0, svg::legend_rows(&legend), data.x, Scale::linear(0.0, y_hi));
-
-    let mut out = String::new();
-    svg::open(&mut out, &f, "Cumulative cost by market over time");
-    svg::axes(&mut out, &f, &data.xticks(), &yticks, &data.xtitle(), "cumulative cost (USD)");
-    svg::legend(&mut out, &legend);
-    // Painted from the total down, each band covering the ones below it: stacked without computing lower edges.
-    for (i, ((_, _, color), col)) in MARKETS.iter().zip(&cols).enumerate().rev() {
-        if col.is_some()
-            && let Some(top) = tops.get(i)
-        {
-            svg::area(&mut out, &f, top, color, 1.0);
-        }
-    }
-    if let Some(total) = tops.last() {
-        svg::line(&mut out, &f, total, "#1d2430", 1.0, None);
-    }
-    if !any {
-        svg::message(&mut out, &f, "No cost samples");
-    }
-    out.push_str("</svg>\n");
-    out
-}
-
-/// Chart 3: empirical CDF of queue waits per tier on a log-seconds axis.
-fn wait_chart(waits_by_tier: &BTreeMap<String, Vec<f64>>) -> String {
-    const COLORS: [&str; 6] = ["#d55e00", "#0072b2", "#009e73", "#cc79a7", "#e69f00", "#56b4e9"];
-    const TICKS: [(f64, &str); 10] = [
-        (1.0, "1s"),
-        (10.0, "10s"),
-        (60.0, "1m"),
-        (600.0, "10m"),
-        (3600.0, "1h"),
-        (21_600.0, "6h"),
-        (86_400.0, "1d"),
-        (604_800.0, "1w"),
-        (2_592_000.0, "30d"),
-        (31_536_000.0, "1y"),
-    ];
-    let max_wait = waits_by_tier.values().flatten().copied().filter(|v| v.is_finite()).fold(0.0, f64::max);
-    let x = Scale::log(1.0, max_wait.max(60.0));
-    let mut legend: Vec<LegendItem> = Vec::new();
-    let mut lines = Vec::new();
-    for (i, (tier, waits)) in waits_by_tier.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let mut v: Vec<f64> = waits.iter().map(|w| if w.is_finite() { w.max(0.0) } else { 0.0 }).collect();
-        if v.is_empty() {
-            legend.push((color.into(), format!("{tier}: no started jobs"), Swatch::Line));
-            continue;
-        }
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        // Bucket ends: the highest point of each bucket, so the curve is never drawn below the true CDF.
-        let mut pts = vec![(1.0, 0.0)];
-        for (_, b) in svg::buckets(n, MAX_POINTS) {
-            pts.push((v[b - 1].max(1.0), b as f64 / n as f64));
-        }
-        let p95 = stats(&v).p95;
-        legend.push((color.into(), format!("{tier}: {} jobs, p95 {}", count(n), duration(p95)), Swatch::Line));
-        lines.push((color, held(svg::step(&pts), x.hi)));
-    }
-    let f = Frame::new(340.0, svg::legend_rows(&legend), x, Scale::linear(0.0, 1.0));
-    let xticks: Vec<(f64, String)> =
-        TICKS.iter().filter(|(v, _)| *v <= x.hi * 1.0001).map(|(v, l)| (*v, (*l).to_string())).collect();
-    let yticks: Vec<(f64, String)> =
-        (0..=4).map(|k| (f64::from(k) * 0.25, format!("{:.2}", f64::from(k) * 0.25))).collect();
-
-    let mut out = String::new();
-    svg::open(&mut out, &f, "Cumulative distribution of queue wait per tier");
-    svg::axes(&mut out, &f, &xticks, &yticks, "queue wait (log scale; 0 s at the left edge)", "fraction of jobs");
-    svg::legend(&mut out, &legend);
-    for (color, pts) in &lines {
-        svg::line(&mut out, &f, pts, color, 2.0, None);
-    }
-    if lines.is_empty() {
-        svg::message(&mut out, &f, "No queue waits recorded");
-    }
-    out.push_str("</svg>\n");
-    out
 }
 
 /// Dollars: cents below $1,000, whole dollars with separators above.

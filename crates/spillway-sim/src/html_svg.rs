@@ -70,6 +70,7 @@ impl Scale {
 /// A chart's plot area inside its view box, with the scales of both axes.
 #[derive(Debug, Clone, Copy)]
 pub struct Frame {
+    pub width: f64,
     pub height: f64,
     pub left: f64,
     pub right: f64,
@@ -82,8 +83,13 @@ pub struct Frame {
 impl Frame {
     /// A frame of the standard width whose top margin leaves room for `legend_rows` rows of legend.
     pub fn new(height: f64, legend_rows: usize, x: Scale, y: Scale) -> Frame {
+        Frame::sized(WIDTH, height, legend_rows, x, y)
+    }
+
+    /// A frame `width` units wide (small multiples are narrower than [`WIDTH`]).
+    pub fn sized(width: f64, height: f64, legend_rows: usize, x: Scale, y: Scale) -> Frame {
         let top = 14.0 + LEGEND_ROW * legend_rows as f64;
-        Frame { height, left: 72.0, right: WIDTH - 20.0, top, bottom: height - 44.0, x, y }
+        Frame { width, height, left: 72.0, right: width - 20.0, top, bottom: height - 44.0, x, y }
     }
 
     /// Pixel x of data value `v`.
@@ -167,7 +173,7 @@ pub fn usd_tick(v: f64, top: f64, step: f64) -> String {
 pub fn open(out: &mut String, frame: &Frame, label: &str) {
     out.push_str(&format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n",
-        num(WIDTH),
+        num(frame.width),
         num(frame.height),
         esc(label)
     ));
@@ -279,23 +285,38 @@ fn path_data(points: &[(String, String)]) -> String {
     d
 }
 
-/// A stroked line through `points`; `dash` is an SVG dash array such as `"6 4"`.
-pub fn line(out: &mut String, f: &Frame, points: &[(f64, f64)], color: &str, width: f64, dash: Option<&str>) {
+/// The ` data-key="..."` attribute naming what a mark stands for (`pool:spot`, `team:research`), so the page can be
+/// checked for one colour per key; empty when `key` is.
+pub fn key_attr(key: &str) -> String {
+    if key.is_empty() { String::new() } else { format!(" data-key=\"{}\"", esc(key)) }
+}
+
+/// A stroked line through `points`; `dash` is an SVG dash array such as `"6 4"`; `key` as in [`key_attr`].
+pub fn line(
+    out: &mut String,
+    f: &Frame,
+    points: &[(f64, f64)],
+    color: &str,
+    width: f64,
+    dash: Option<&str>,
+    key: &str,
+) {
     let px = pixel_points(f, points);
     if px.is_empty() {
         return;
     }
     let dash = dash.map(|d| format!(" stroke-dasharray=\"{}\"", esc(d))).unwrap_or_default();
     out.push_str(&format!(
-        "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" stroke-linejoin=\"round\"{dash}/>\n",
+        "<path{} d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" stroke-linejoin=\"round\"{dash}/>\n",
+        key_attr(key),
         path_data(&px),
         esc(color),
         num(width)
     ));
 }
 
-/// A filled area between `points` and the bottom of the plot.
-pub fn area(out: &mut String, f: &Frame, points: &[(f64, f64)], color: &str, opacity: f64) {
+/// A filled area between `points` and the bottom of the plot; `key` as in [`key_attr`].
+pub fn area(out: &mut String, f: &Frame, points: &[(f64, f64)], color: &str, opacity: f64, key: &str) {
     let mut px = pixel_points(f, points);
     let (Some(first), Some(last)) = (px.first().cloned(), px.last().cloned()) else {
         return;
@@ -304,10 +325,38 @@ pub fn area(out: &mut String, f: &Frame, points: &[(f64, f64)], color: &str, opa
     px.push((last.0, base.clone()));
     px.push((first.0, base));
     out.push_str(&format!(
-        "<path d=\"{}Z\" fill=\"{}\" fill-opacity=\"{:.2}\" stroke=\"none\"/>\n",
+        "<path{} d=\"{}Z\" fill=\"{}\" fill-opacity=\"{:.2}\" stroke=\"none\"/>\n",
+        key_attr(key),
         path_data(&px),
         esc(color),
         opacity.clamp(0.0, 1.0)
+    ));
+}
+
+/// A horizontal bar over data values `xs.0..xs.1` in the pixel band `band` (top, height), with `title` (plain text)
+/// as its tooltip; `key` as in [`key_attr`].
+pub fn hbar(out: &mut String, f: &Frame, xs: (f64, f64), band: (f64, f64), color: &str, key: &str, title: &str) {
+    let (a, b) = (f.px(xs.0), f.px(xs.1));
+    out.push_str(&format!(
+        "<rect{} x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{}</title></rect>\n",
+        key_attr(key),
+        num(a.min(b)),
+        num(band.0),
+        num((b - a).abs()),
+        num(band.1),
+        esc(color),
+        esc(title)
+    ));
+}
+
+/// Text (plain, escaped here) at pixel `(x, y)`, vertically centred; `anchor` is `start`, `middle` or `end`.
+pub fn text(out: &mut String, (x, y): (f64, f64), anchor: &str, text: &str) {
+    out.push_str(&format!(
+        "<text x=\"{}\" y=\"{}\" dy=\"0.32em\" text-anchor=\"{}\">{}</text>\n",
+        num(x),
+        num(y),
+        esc(anchor),
+        esc(text)
     ));
 }
 
@@ -320,19 +369,39 @@ pub enum Swatch {
     Area(f64),
 }
 
-/// One legend entry: colour, label (plain text) and swatch.
-pub type LegendItem = (String, String, Swatch);
+/// One legend entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LegendItem {
+    pub color: String,
+    /// Plain text.
+    pub label: String,
+    pub swatch: Swatch,
+    /// What the entry stands for, as in [`key_attr`]; empty for none.
+    pub key: String,
+}
+
+impl LegendItem {
+    /// Returns an entry without a key.
+    pub fn new(color: &str, label: impl Into<String>, swatch: Swatch) -> LegendItem {
+        LegendItem { color: color.to_string(), label: label.into(), swatch, key: String::new() }
+    }
+
+    /// Returns the entry with `key`.
+    pub fn keyed(self, key: impl Into<String>) -> LegendItem {
+        LegendItem { key: key.into(), ..self }
+    }
+}
 
 const LEGEND_ROW: f64 = 18.0;
 
 /// Left x and row of each legend entry, wrapping at the chart width; label widths are estimated from their length
 /// (no font metrics are available without a browser).
-fn legend_layout(items: &[LegendItem]) -> Vec<(f64, usize)> {
+fn legend_layout(items: &[LegendItem], width: f64) -> Vec<(f64, usize)> {
     let (mut x, mut row) = (72.0, 0);
     let mut out = Vec::with_capacity(items.len());
-    for (_, label, _) in items {
+    for LegendItem { label, .. } in items {
         let w = 40.0 + 7.2 * label.chars().count().min(60) as f64;
-        if x + w > WIDTH - 20.0 && x > 72.0 {
+        if x + w > width - 20.0 && x > 72.0 {
             x = 72.0;
             row += 1;
         }
@@ -342,25 +411,26 @@ fn legend_layout(items: &[LegendItem]) -> Vec<(f64, usize)> {
     out
 }
 
-/// Rows the legend of `items` needs (0 when empty).
-pub fn legend_rows(items: &[LegendItem]) -> usize {
-    legend_layout(items).last().map_or(0, |&(_, row)| row + 1)
+/// Rows the legend of `items` needs in a chart `width` wide (0 when empty).
+pub fn legend_rows(items: &[LegendItem], width: f64) -> usize {
+    legend_layout(items, width).last().map_or(0, |&(_, row)| row + 1)
 }
 
-/// Draws the legend in the top margin of the chart.
-pub fn legend(out: &mut String, items: &[LegendItem]) {
-    for ((color, label, swatch), (x, row)) in items.iter().zip(legend_layout(items)) {
+/// Draws the legend in the top margin of the chart `f`.
+pub fn legend(out: &mut String, f: &Frame, items: &[LegendItem]) {
+    for (LegendItem { color, label, swatch, key }, (x, row)) in items.iter().zip(legend_layout(items, f.width)) {
         let y = 12.0 + LEGEND_ROW * row as f64;
         let color = esc(color);
+        let key = key_attr(key);
         match swatch {
             Swatch::Area(opacity) => out.push_str(&format!(
-                "<rect x=\"{}\" y=\"{}\" width=\"20\" height=\"10\" fill=\"{color}\" fill-opacity=\"{:.2}\"/>",
+                "<rect{key} x=\"{}\" y=\"{}\" width=\"20\" height=\"10\" fill=\"{color}\" fill-opacity=\"{:.2}\"/>",
                 num(x),
                 num(y - 5.0),
                 opacity.clamp(0.0, 1.0)
             )),
             Swatch::Line | Swatch::Dashed => out.push_str(&format!(
-                "<line x1=\"{}\" y1=\"{y0}\" x2=\"{}\" y2=\"{y0}\" stroke=\"{color}\" stroke-width=\"2.5\"{}/>",
+                "<line{key} x1=\"{}\" y1=\"{y0}\" x2=\"{}\" y2=\"{y0}\" stroke=\"{color}\" stroke-width=\"2.5\"{}/>",
                 num(x),
                 num(x + 20.0),
                 if *swatch == Swatch::Dashed { " stroke-dasharray=\"5 3\"" } else { "" },

@@ -1,6 +1,7 @@
 //! Tests of the HTML report.
 use super::*;
 use crate::report::{BoundReport, InputReport, MarketCost, Stats, TierReport};
+use std::collections::BTreeSet;
 
 fn run(policy: &str, cost: f64) -> RunReport {
     let tier = |p95: f64, misses: usize| TierReport {
@@ -83,8 +84,10 @@ fn waits() -> BTreeMap<String, Vec<f64>> {
 
 #[test]
 fn page_has_charts_and_rows() {
-    let html = render(&report(), &series(5000), &waits());
-    assert_eq!(html.matches("<svg").count(), 3);
+    let html = render(&report(), &series(5000), &BTreeMap::new(), &waits());
+    // Capacity, the one small chart (only spillway has a series), cost, the two of interruptions, waits; no cost split
+    // (no team or tier costs) and no spot chart (no spot columns).
+    assert_eq!(html.matches("<svg").count(), 6);
     for policy in ["spillway", "static-peak", "fixed-only"] {
         assert!(html.contains(&format!("<td>{policy}</td>")), "{policy} row missing");
     }
@@ -100,7 +103,7 @@ fn page_has_charts_and_rows() {
 
 #[test]
 fn input_text_is_escaped() {
-    let html = render(&report(), &series(100), &waits());
+    let html = render(&report(), &series(100), &BTreeMap::new(), &waits());
     assert!(!html.contains("<script>"));
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt; capacity"));
     assert!(html.contains("traces/&lt;philly&gt;&amp;.csv"));
@@ -108,8 +111,9 @@ fn input_text_is_escaped() {
 
 #[test]
 fn empty_and_degenerate_inputs_render() {
-    let empty = render(&Report::default(), &TimeSeries::default(), &BTreeMap::new());
-    assert_eq!(empty.matches("<svg").count(), 3);
+    let empty = render(&Report::default(), &TimeSeries::default(), &BTreeMap::new(), &BTreeMap::new());
+    // Capacity, cost, the two of interruptions (saying there are no runs), waits.
+    assert_eq!(empty.matches("<svg").count(), 5);
     assert!(!empty.contains("NaN") && !empty.contains("inf"));
     let one = TimeSeries { rows: vec![vec![0.0, 1.0, 2.0]], ..series(0) };
     let zeros = TimeSeries { rows: vec![vec![0.0; 10]; 50], ..series(0) };
@@ -118,17 +122,18 @@ fn empty_and_degenerate_inputs_render() {
     tiers.insert("p0".to_string(), vec![0.0, 0.0, f64::NAN]);
     tiers.insert("p1".to_string(), Vec::new());
     for s in [one, zeros, ragged] {
-        let html = render(&report(), &s, &tiers);
-        assert_eq!(html.matches("<svg").count(), 3);
+        let html = render(&report(), &s, &BTreeMap::new(), &tiers);
+        assert_eq!(html.matches("<svg").count(), 6);
         assert!(!html.contains("NaN"));
     }
 }
 
 #[test]
 fn huge_series_stays_small() {
-    let html = render(&report(), &series(200_000), &waits());
+    let others = ["static-peak", "fixed-only"].map(|p| (p.to_string(), series(200_000))).into();
+    let html = render(&report(), &series(200_000), &others, &waits());
     assert!(html.len() < 1_000_000, "page is {} bytes", html.len());
-    assert_eq!(html.matches("<svg").count(), 3);
+    assert_eq!(html.matches("<svg").count(), 8);
     // Every drawn line or area holds at most about MAX_POINTS samples, stepped (x2) plus closing points.
     let longest = html.split("d=\"").skip(1).map(|p| p.split('"').next().unwrap_or("").matches('L').count());
     assert!(longest.max().unwrap_or(0) <= 2 * MAX_POINTS + 4);
@@ -137,7 +142,7 @@ fn huge_series_stays_small() {
 #[test]
 fn rendering_is_deterministic() {
     let (r, s, w) = (report(), series(20_000), waits());
-    assert_eq!(render(&r, &s, &w), render(&r, &s, &w));
+    assert_eq!(render(&r, &s, &BTreeMap::new(), &w), render(&r, &s, &BTreeMap::new(), &w));
 }
 
 #[test]
@@ -153,7 +158,7 @@ fn a_run_that_left_jobs_unfinished_is_flagged_and_not_compared() {
     (r.runs[2].jobs_unfinished, r.runs[2].jobs_completed) = (1188, 12);
     r.runs[0].cost_by_team = [("research".to_string(), 12.5), ("<vision>".to_string(), 3.0)].into_iter().collect();
     r.runs[0].cost_by_tier = [("p0".to_string(), 15.5)].into_iter().collect();
-    let page = render(&r, &series(10), &waits());
+    let page = render(&r, &series(10), &BTreeMap::new(), &waits());
     assert!(page.contains("<tr class=\"unfinished\"><td>fixed-only</td>"), "the unfinished run is greyed");
     assert!(page.contains("not comparable (12 of 1,200 done)"), "its ratio is withheld");
     assert!(page.contains("<h2>Cost by team and tier</h2>") && page.contains("team &lt;vision&gt;"));
@@ -163,7 +168,138 @@ fn a_run_that_left_jobs_unfinished_is_flagged_and_not_compared() {
     assert!(row.contains("n/a*") && text.contains("* fixed-only completed 12 of 1200 jobs (1188 unfinished"), "{text}");
     // A finished run below the bound is marked: it paid less by making jobs wait.
     (r.runs[2].jobs_unfinished, r.runs[2].jobs_completed) = (0, 1187);
-    let page = render(&r, &series(10), &waits());
+    let page = render(&r, &series(10), &BTreeMap::new(), &waits());
     assert!(page.contains("0.88× †"), "a run below the bound is marked");
     assert!(crate::run::summary_table(&r).contains("0.88+"));
+}
+
+/// Returns each `data-key` on the page with every colour (`fill`, `stroke` or CSS `background`) of a tag that carries
+/// it.
+fn key_colors(html: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (at, _) in html.match_indices(" data-key=\"") {
+        let start = html[..at].rfind('<').unwrap_or(0);
+        let tag = &html[start..at + html[at..].find('>').unwrap_or(0)];
+        let key = tag.split(" data-key=\"").nth(1).and_then(|k| k.split('"').next()).unwrap_or("").to_string();
+        let color = ["fill=\"", "stroke=\"", "background:"]
+            .iter()
+            .filter_map(|attr| tag.split(attr).nth(1))
+            .map(|v| v.split(['"', ';']).next().unwrap_or("").to_string())
+            .find(|c| c != "none");
+        out.entry(key).or_default().extend(color);
+    }
+    out
+}
+
+/// A report with teams, tiers and three runs, each with its own series.
+fn three_runs() -> (Report, BTreeMap<String, TimeSeries>) {
+    let mut r = report();
+    for (i, run) in r.runs.iter_mut().enumerate() {
+        let k = i as f64 + 1.0;
+        run.cost_by_team = [("research".to_string(), 100.0 * k), ("vision".to_string(), 50.0 * k)].into();
+        run.cost_by_tier = [("p0".to_string(), 90.0 * k), ("p1".to_string(), 60.0 * k)].into();
+        run.idle_cost_usd = 10.0 * k;
+    }
+    let others = r.runs[1..].iter().map(|run| (run.policy.clone(), series(300))).collect();
+    (r, others)
+}
+
+#[test]
+fn every_run_gets_a_small_chart_on_shared_scales() {
+    let (mut r, mut others) = three_runs();
+    let page = render(&r, &series(500), &others, &waits());
+    for policy in ["spillway", "static-peak", "fixed-only"] {
+        let label = format!("aria-label=\"{policy}: GPUs provisioned per pool");
+        assert_eq!(page.matches(&label).count(), 1, "one small chart for {policy}");
+    }
+    assert_eq!(page.matches("<figure>").count(), 3);
+    // Same y axis in every small chart: the same top tick label in each.
+    let svgs: Vec<&str> = page.split("<figure>").skip(1).collect();
+    let top = |s: &str| s.split("text-anchor=\"end\">").nth(1).and_then(|t| t.split('<').next()).map(String::from);
+    assert!(svgs.iter().all(|s| top(s) == top(svgs[0]) && top(s).is_some()));
+    // A report of two runs has two.
+    r.runs.truncate(2);
+    others.remove("fixed-only");
+    let page = render(&r, &series(500), &others, &waits());
+    assert_eq!(page.matches("<figure>").count(), 2);
+    assert!(page.contains("Each line is drawn from at most 400 points"), "the downsampling is said");
+}
+
+#[test]
+fn a_name_has_one_colour_in_every_chart() {
+    let (r, others) = three_runs();
+    let page = render(&r, &series(500), &others, &waits());
+    let keys = key_colors(&page);
+    for (key, colors) in &keys {
+        assert_eq!(colors.len(), 1, "{key} is drawn in {colors:?}");
+    }
+    // The pools, teams, tiers and markets are keyed in the charts where they appear.
+    for key in ["pool:aws-spot", "team:research", "team:vision", "tier:p0", "tier:p1", "market:spot", "idle"] {
+        assert!(keys.contains_key(key), "{key} is not keyed: {:?}", keys.keys());
+    }
+    let charts_with = |key: &str| page.split("<svg").filter(|s| s.contains(&format!("data-key=\"{key}\""))).count();
+    assert!(charts_with("pool:aws-spot") >= 4, "the pool is in the big chart and every small one");
+    assert!(charts_with("tier:p0") >= 2, "the tier is in the cost chart and the wait chart");
+    // Pools, teams and tiers that share a chart differ.
+    let color = |k: &str| keys.get(k).and_then(|c| c.first()).cloned();
+    assert_ne!(color("team:research"), color("team:vision"));
+    assert_ne!(color("tier:p0"), color("tier:p1"));
+    assert_ne!(color("pool:aws-spot"), color("pool:<script>alert(1)</script>"));
+    // The check itself catches a swap.
+    let swapped = "<path data-key=\"pool:a\" stroke=\"#111\"/><rect data-key=\"pool:a\" fill=\"#222\"/>";
+    assert_eq!(key_colors(swapped).get("pool:a").map(BTreeSet::len), Some(2));
+}
+
+#[test]
+fn a_pool_takes_its_markets_colour_everywhere() {
+    let (mut r, others) = three_runs();
+    r.input.pool_markets = [("aws-spot".to_string(), "spot".to_string())].into();
+    let keys = key_colors(&render(&r, &series(500), &others, &waits()));
+    assert_eq!(keys.get("pool:aws-spot"), keys.get("market:spot"));
+}
+
+#[test]
+fn interruptions_and_lost_work_are_charted_and_defined() {
+    let (mut r, others) = three_runs();
+    (r.runs[0].interruptions, r.runs[0].preemptions, r.runs[0].lost_gpu_hours) = (7, 3, 12.5);
+    let page = render(&r, &series(500), &others, &waits());
+    let section = page.split("<h2>Interruptions and lost work").nth(1).and_then(|s| s.split("</section>").next());
+    let section = section.expect("an interruptions section");
+    assert_eq!(section.matches("<svg").count(), 2);
+    assert!(section.contains("<title>spillway: 7 spot interruption notices</title>"));
+    assert!(section.contains("<title>spillway: 12.5 GPU-hours redone</title>"));
+    assert!(section.contains("7 spot + 3 preempted"));
+    assert!(section.contains("<p class=\"note\">") && section.contains("since their last"), "defined in words");
+}
+
+#[test]
+fn cost_by_team_and_tier_is_charted_per_run() {
+    let (r, others) = three_runs();
+    let page = render(&r, &series(500), &others, &waits());
+    let section = page.split("<h2>Cost by team and tier, every run").nth(1).and_then(|s| s.split("</section>").next());
+    let section = section.expect("a cost split section");
+    assert_eq!(section.matches("<svg").count(), 2, "one chart by team, one by tier");
+    for policy in ["spillway", "static-peak", "fixed-only"] {
+        assert!(section.contains(&format!("<title>{policy}: team research")), "{policy} has a team bar");
+        assert!(section.contains(&format!("<title>{policy}: tier p1")), "{policy} has a tier bar");
+    }
+}
+
+#[test]
+fn every_chart_has_a_caption() {
+    let (mut r, others) = three_runs();
+    r.runs[0].interruptions = 1;
+    for page in [
+        render(&r, &series(500), &others, &waits()),
+        render(&Report::default(), &TimeSeries::default(), &BTreeMap::new(), &BTreeMap::new()),
+    ] {
+        let sections: Vec<&str> = page.split("<section>").skip(1).collect();
+        let charts: usize = sections.iter().map(|s| s.matches("<svg").count()).sum();
+        assert_eq!(charts, page.matches("<svg").count(), "every chart is in a section");
+        for s in sections.iter().filter(|s| s.contains("<svg")) {
+            let note = s.split("<p class=\"note\">").nth(1).and_then(|n| n.split("</p>").next()).unwrap_or("");
+            assert!(note.len() > 60, "a chart without a caption: {}", &s[..s.len().min(80)]);
+            assert!(s.contains("<h2>"), "a chart without a title");
+        }
+    }
 }

@@ -14,11 +14,13 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-/// Everything one `simulate` produced: the report, and for the `spillway` run its samples, queue waits per tier
-/// and decisions.
+/// Everything one `simulate` produced: the report, for the `spillway` run its samples, queue waits per tier and
+/// decisions, and the other runs' samples.
 pub struct Comparison {
     pub report: Report,
     pub series: TimeSeries,
+    /// The samples of every run but `spillway`, by policy (for the report's small multiples).
+    pub others: BTreeMap<String, TimeSeries>,
     pub waits_by_tier: BTreeMap<String, Vec<f64>>,
     /// The `spillway` run's decisions, unless they went to `SimOptions::decisions_to` as they were made.
     pub decisions: Vec<Decision>,
@@ -38,6 +40,7 @@ pub fn compare(
     let mut report =
         Report { seed: opts.seed, input, runs: Vec::new(), bound, spot: Default::default(), predictive: None };
     let mut main: Option<(SimOutcome, Config)> = None;
+    let mut others = BTreeMap::new();
     for policy in policies_for(cfg) {
         progress(policy);
         let Some(pcfg) = config_for(policy, cfg, jobs) else { continue };
@@ -48,6 +51,8 @@ pub fn compare(
         report.runs.push(run);
         if policy == "spillway" {
             main = Some((out, pcfg));
+        } else {
+            others.insert(policy.to_string(), out.series);
         }
     }
     let cost = |name: &str| report.runs.iter().find(|r| r.policy == name).map(|r| r.cost_usd);
@@ -79,6 +84,7 @@ pub fn compare(
         return Ok(Comparison {
             report,
             series: TimeSeries::default(),
+            others,
             waits_by_tier: BTreeMap::new(),
             decisions: Vec::new(),
             streamed: opts.decisions_to.0.is_some(),
@@ -86,7 +92,7 @@ pub fn compare(
     };
     let waits_by_tier = waits(&pcfg, &out);
     let streamed = opts.decisions_to.0.is_some();
-    Ok(Comparison { report, series: out.series, waits_by_tier, decisions: out.decisions, streamed })
+    Ok(Comparison { report, series: out.series, others, waits_by_tier, decisions: out.decisions, streamed })
 }
 
 /// Returns each tier's queue waits (seconds) of the jobs that started.
@@ -287,7 +293,7 @@ pub fn write_outputs(dir: &Path, cmp: &Comparison, t0_ms: i64) -> std::io::Resul
         cmp.decisions.iter().for_each(|d| ev.write(d));
         ev.finish()?;
     }
-    let html = crate::html::render(&cmp.report, &cmp.series, &cmp.waits_by_tier);
+    let html = crate::html::render(&cmp.report, &cmp.series, &cmp.others, &cmp.waits_by_tier);
     std::fs::write(dir.join("report.html"), html)
 }
 
