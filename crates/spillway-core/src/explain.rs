@@ -160,6 +160,14 @@ impl Engine {
         }
         match self.what_if(name, PoolChange::default()).and_then(|wi| wi.not_grown) {
             Some(why) => {
+                // Re-run after the launch, the pass sees only the cooldown that launch started; when the step
+                // limit cut that launch short (the last pass said so), the step limit is why the rest waits.
+                let why = match (why, self.not_grown[p]) {
+                    (NotGrown::Cooldown { until }, Some(NotGrown::StepLimit { until: cut })) if cut == until => {
+                        NotGrown::StepLimit { until }
+                    }
+                    (why, _) => why,
+                };
                 let until = match why {
                     NotGrown::Cooldown { until } | NotGrown::StepLimit { until } | NotGrown::BackedOff { until } => {
                         Some(until)
