@@ -124,8 +124,8 @@ impl Engine {
             "rebalance_expired",
             || {
                 format!(
-                    "pool {name}: no replacement for its jobs within {} s; the node takes work again",
-                    AT_RISK_FOR_MS / 1000
+                    "pool {name}: no replacement for its jobs within {}; the node takes work again",
+                    crate::time::fmt_ms(AT_RISK_FOR_MS)
                 )
             },
         );

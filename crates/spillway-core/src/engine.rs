@@ -359,14 +359,14 @@ impl Engine {
                 j.state = if success { JobState::Succeeded } else { JobState::Failed };
                 j.ended = Some(now);
                 j.exit = exit;
-                let ran = j.attempt_start.map_or(0, |s| now - s) / 1000;
+                let ran = crate::time::fmt_ms(j.attempt_start.map_or(0, |s| now - s));
                 let how = exit.map_or(String::new(), |x| format!(" with {x}"));
                 let reason = if success { "succeeded" } else { "failed" };
                 self.record(
                     DecisionKind::JobFinished,
                     || job_subject(job),
                     reason,
-                    || format!("attempt {attempt} exited{how} after {ran} s"),
+                    || format!("attempt {attempt} exited{how} after {ran}"),
                 );
             }
             Event::AttemptLost { job, attempt } => {
@@ -581,9 +581,9 @@ impl Engine {
             "placed",
             || {
                 format!(
-                    "attempt {attempt} on node(s) {} of pool {pool_name} after {} s queued",
+                    "attempt {attempt} on node(s) {} of pool {pool_name} after {} queued",
                     node_list(placement.iter().map(|&(n, _)| n)),
-                    waited / 1000
+                    crate::time::fmt_ms(waited)
                 )
             },
         );
@@ -628,8 +628,8 @@ impl Engine {
             "requeued",
             || {
                 format!(
-                    "attempt {attempt} stopped ({reason}); {} s of work since its last checkpoint lost",
-                    lost_ms / 1000
+                    "attempt {attempt} stopped ({reason}); {} of work since its last checkpoint lost",
+                    crate::time::fmt_ms(lost_ms)
                 )
             },
         );
@@ -657,7 +657,7 @@ impl Engine {
             DecisionKind::Interruption,
             || format!("node:{}", node.0),
             "interruption_notice",
-            || format!("pool {name}: reclaim in {} s; draining", notice_ms / 1000),
+            || format!("pool {name}: reclaim in {}; draining", crate::time::fmt_ms(notice_ms)),
         );
         self.return_held(node, crate::ReturnWhy::Interrupted { deadline });
         if state == NodeState::Requested {
@@ -708,7 +708,12 @@ impl Engine {
                 DecisionKind::Fallback,
                 || format!("pool:{p}"),
                 "interruption_rate",
-                || format!("{i} interrupted repeatedly within the hour; offering backed off {} s", delay / 1000),
+                || {
+                    format!(
+                        "{i} interrupted repeatedly within the hour; offering backed off {}",
+                        crate::time::fmt_ms(delay)
+                    )
+                },
             );
         }
     }
@@ -768,8 +773,8 @@ impl Engine {
             "launch_failed",
             || {
                 format!(
-                    "launch of {it_name} in pool {pool_name} failed ({error}); offering backed off {} s",
-                    delay / 1000
+                    "launch of {it_name} in pool {pool_name} failed ({error}); offering backed off {}",
+                    crate::time::fmt_ms(delay)
                 )
             },
         );

@@ -262,7 +262,7 @@ pub fn job_subject(job: JobId) -> String {
     format!("job:{}", job.0)
 }
 
-/// Returns `ms` as whole seconds for messages.
+/// Returns `ms` for messages, in the one duration style ([`crate::time::fmt_duration`]).
 pub fn secs_text(ms: Millis) -> String {
-    format!("{} s", ms / 1000)
+    crate::time::fmt_ms(ms)
 }

@@ -86,14 +86,14 @@ impl Engine {
         let j = &self.c.jobs[id.0 as usize];
         let tier = &self.cfg.tiers[j.tier];
         let (g, w) = (j.spec.gpus_per_worker, j.spec.workers);
-        let waited = (now - j.queued_since) / 1000;
+        let waited = crate::time::fmt_ms(now - j.queued_since);
         let team = &self.c.teams[j.team];
         let mut out = Vec::new();
         match j.pending {
             PendingReason::TeamQuota => {
                 let quota = team.quota_gpus.map_or("no".into(), |q| q.to_string());
                 let text = format!(
-                    "team {} holds {} GPUs of its quota of {quota}; the job needs {} (waiting {waited} s)",
+                    "team {} holds {} GPUs of its quota of {quota}; the job needs {} (waiting {waited})",
                     team.name,
                     team.used_gpus,
                     g * w
@@ -103,13 +103,14 @@ impl Engine {
             }
             PendingReason::WaitingForFixedCapacity => {
                 let text = format!(
-                    "tier {} waits up to {} s for owned capacity before buying cloud capacity (waiting {waited} s)",
-                    tier.name, tier.burst_after_s
+                    "tier {} waits up to {} for owned capacity before buying cloud capacity (waiting {waited})",
+                    tier.name,
+                    crate::time::fmt_duration(tier.burst_after_s)
                 );
                 let burst_at = j.queued_since + secs(tier.burst_after_s.min(1e12));
                 out.push(Reason::new("tier_slo", text).until(Some(burst_at)));
             }
-            p => out.push(Reason::new(p.code(), format!("{} (waiting {waited} s)", pending_words(p)))),
+            p => out.push(Reason::new(p.code(), format!("{} (waiting {waited})", pending_words(p)))),
         }
         if self.team_capped(j.team) {
             let text =
@@ -160,6 +161,14 @@ impl Engine {
         }
         match self.what_if(name, PoolChange::default()).and_then(|wi| wi.not_grown) {
             Some(why) => {
+                // Re-run after the launch, the pass sees only the cooldown that launch started; when the step
+                // limit cut that launch short (the last pass said so), the step limit is why the rest waits.
+                let why = match (why, self.not_grown[p]) {
+                    (NotGrown::Cooldown { until }, Some(NotGrown::StepLimit { until: cut })) if cut == until => {
+                        NotGrown::StepLimit { until }
+                    }
+                    (why, _) => why,
+                };
                 let until = match why {
                     NotGrown::Cooldown { until } | NotGrown::StepLimit { until } | NotGrown::BackedOff { until } => {
                         Some(until)
@@ -235,10 +244,10 @@ impl Engine {
                 format!("node {} is idle, kept: the pool's scaling policies want {floor} node(s)", n.id.0)
             } else {
                 format!(
-                    "node {} is idle since {} s; it goes after the idle timeout of {} s",
+                    "node {} is idle for {}; it goes after the idle timeout of {}",
                     n.id.0,
-                    (now - since) / 1000,
-                    pool.idle_timeout_s
+                    crate::time::fmt_ms(now - since),
+                    crate::time::fmt_duration(pool.idle_timeout_s)
                 )
             };
             out.push(Reason::new("idle_node", text).on(name).until(Some(since + idle_ms)));

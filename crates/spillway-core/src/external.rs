@@ -172,14 +172,14 @@ impl Engine {
             return Err(EventError::BadNodeRequest { name: name.into(), why: "no live node has this name".into() });
         };
         let n = &self.c.nodes[id.0 as usize];
-        let up_s = (self.now - n.requested_at).max(0) / 1000;
+        let up = crate::time::fmt_ms((self.now - n.requested_at).max(0));
         self.c.node_end(id, NodeState::Terminated, self.now);
         self.actions.push_back(Action::Terminate { node: id });
         self.record(
             DecisionKind::ScaleIn,
             || format!("node:{}", id.0),
             "scheduler_release",
-            || format!("the scheduler released {name} after {up_s} s"),
+            || format!("the scheduler released {name} after {up}"),
         );
         Ok(())
     }
@@ -190,7 +190,10 @@ fn say(why: crate::NotGrown, now: crate::Time, gpus: u32) -> String {
     use crate::NotGrown::*;
     match why {
         BackedOff { until } | Cooldown { until } | StepLimit { until } => {
-            format!("every type with {gpus} GPUs failed to launch lately (retry in {} s)", (until - now).max(0) / 1000)
+            format!(
+                "every type with {gpus} GPUs failed to launch lately (retry in {})",
+                crate::time::fmt_ms((until - now).max(0))
+            )
         }
         NoFittingType => format!("no instance type has {gpus} GPUs of the model asked for"),
         Quota => "the account quota is used up".into(),

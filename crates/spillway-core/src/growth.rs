@@ -44,15 +44,15 @@ impl NotGrown {
 
     /// Returns the reason for people; `now` turns times into "in N s".
     pub fn describe(self, now: Time) -> String {
-        let s = |t: Time| (t - now).max(0) / 1000;
+        let s = |t: Time| crate::time::fmt_ms((t - now).max(0));
         match self {
             NotGrown::AtMax { max_nodes, nodes } if nodes > max_nodes => {
                 format!("above its max: {nodes} nodes of {max_nodes}")
             }
             NotGrown::AtMax { max_nodes, .. } => format!("at its max of {max_nodes} nodes"),
-            NotGrown::Cooldown { until } => format!("in its scale-out cooldown for {} s more", s(until)),
-            NotGrown::StepLimit { until } => format!("step limit reached; more after the cooldown, in {} s", s(until)),
-            NotGrown::BackedOff { until } => format!("its fitting instance types are backed off for {} s", s(until)),
+            NotGrown::Cooldown { until } => format!("in its scale-out cooldown for {} more", s(until)),
+            NotGrown::StepLimit { until } => format!("step limit reached; more after the cooldown, in {}", s(until)),
+            NotGrown::BackedOff { until } => format!("its fitting instance types are backed off for {}", s(until)),
             NotGrown::OfferingShare => "its fitting instance types are at their share of the pool".into(),
             NotGrown::NoFittingType => "no instance type of the pool holds a worker".into(),
             NotGrown::Quota => "its fitting instance types are at the account's vCPU quota".into(),

@@ -244,11 +244,11 @@ impl Engine {
             Some((gpus, waited, _)) => (
                 "queued_demand",
                 format!(
-                    "launch {} (node(s) {}): {gpus} GPUs of {} demand waiting up to {} s",
+                    "launch {} (node(s) {}): {gpus} GPUs of {} demand waiting up to {}",
                     what.join(", "),
                     ids(),
                     tiers.join("/"),
-                    waited / 1000
+                    crate::time::fmt_ms(waited)
                 ),
             ),
             None => {

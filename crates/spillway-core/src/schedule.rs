@@ -17,7 +17,7 @@ use crate::preempt::{find_victims, preemption_offset};
 use crate::queue::Queue;
 use crate::shape::Failed;
 use crate::state::{Engine, WakeAt};
-use crate::time::{Time, secs};
+use crate::time::{Time, fmt_ms, secs};
 
 /// Most jobs one pass preempts for.
 const MAX_PREEMPTING_JOBS: usize = 16;
@@ -522,8 +522,8 @@ impl Engine {
             || job_subject(id),
             reason.code(),
             || match why {
-                Some((pool, why)) => format!("queued {} s; pool {pool}: {}", waited / 1000, why.describe(now)),
-                None => format!("queued {} s", waited / 1000),
+                Some((pool, why)) => format!("queued {}; pool {pool}: {}", fmt_ms(waited), why.describe(now)),
+                None => format!("queued {}", fmt_ms(waited)),
             },
         );
     }

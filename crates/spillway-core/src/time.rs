@@ -34,6 +34,11 @@ pub fn fmt_duration(secs: f64) -> String {
     }
 }
 
+/// Returns a millisecond duration in the style of [`fmt_duration`].
+pub fn fmt_ms(ms: Millis) -> String {
+    fmt_duration(to_secs(ms))
+}
+
 /// Returns a millisecond duration as seconds.
 pub fn to_secs(ms: Millis) -> f64 {
     ms as f64 / 1000.0

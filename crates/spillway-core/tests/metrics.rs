@@ -159,3 +159,33 @@ fn a_query_needs_a_prometheus_table_and_a_policy_that_reads_it() {
     let err = spillway_core::Config::parse("m.toml", &slow).unwrap_err().to_string();
     assert!(err.contains("prometheus.timeout_s"), "{err}");
 }
+
+/// Step scaling on a PromQL query: a band held for its period adds a node, a band below removes one only on the
+/// query's word, and a failed query neither adds nor removes (the held time does not carry across it).
+#[test]
+fn step_scaling_on_a_query_acts_on_held_bands_and_holds_while_the_query_fails() {
+    let bands = "step_scaling = [{ above = 0.8, hold_s = 300, adjust_nodes = 1 }, \
+                 { below = 0.2, hold_s = 300, adjust_nodes = -1 }]\nscale_in_cooldown_s = 0\nidle_timeout_s = 60\n\
+                 utilization_query = 'avg by (spillway_node) (DCGM_FI_DEV_GPU_UTIL) / 100'\n\
+                 [prometheus]\nurl = \"http://p:9090\"";
+    let mut h = Harness::new(&pool(bands));
+    let a = warm(&mut h);
+    assert!(launches(&answer(&mut h, 400.0, vec![(a, 0.9)], None)).is_empty());
+    assert!(launches(&answer(&mut h, 600.0, vec![(a, 0.9)], None)).is_empty(), "held 200 s of 300");
+    let got = answer(&mut h, 700.0, vec![(a, 0.9)], None);
+    assert_eq!(launches(&got).len(), 1, "held 300 s above 0.8: +1 node: {got:?}");
+    let b = launches(&got)[0].0;
+    h.at(730.0);
+    h.event(Event::NodeReady { node: b });
+    // The query fails as the new node comes up, for far longer than the idle timeout and the band's period:
+    // nothing is removed.
+    answer(&mut h, 735.0, vec![], Some("asking http://p:9090/api/v1/query: connection refused"));
+    h.run_until(2000.0);
+    assert_eq!(h.alive(1), 2, "scaled in on a failed query");
+    // The query answers idle again: the pool goes down to its min.
+    answer(&mut h, 2010.0, vec![(a, 0.05), (b, 0.05)], None);
+    h.run_until(3000.0);
+    answer(&mut h, 3010.0, vec![(a, 0.05), (b, 0.05)], None);
+    h.run_until(4000.0);
+    assert_eq!(h.alive(1), 1, "held below 0.2 on the query's word: back to min");
+}

@@ -17,7 +17,7 @@
 //! those are what a shell carries out, and everything a report measures follows from them and their instants
 //! (comparing them without their instants would miss a decision taken later in a quiet stream). Records are left
 //! out: some note a pass (the scan limit), and their text carries the time of the pass that wrote them
-//! (`queued 42 s`), so an extra pass may add or move one without any decision changing. It runs on the cases
+//! (`queued 42s`), so an extra pass may add or move one without any decision changing. It runs on the cases
 //! above and on richer ones ([`Rich`]: deadlines, spot interruptions, reported checkpoints, a cron window,
 //! target tracking and step scaling with utilization samples, tier and policy variations), each followed past its
 //! last job (scale-in, windows). A case the liveness rules would fail is compared as far as it gets.

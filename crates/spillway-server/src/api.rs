@@ -380,12 +380,17 @@ async fn list_jobs(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> 
         })?),
         None => None,
     };
-    if let Some(t) = q.team.as_deref().filter(|t| !s.has_team(t)) {
-        return Err(bad("team", format!("no team {}", shown(t))));
-    }
     let st = s.state();
+    let cfg = st.engine.config();
+    if let Some(t) = q.team.as_deref().filter(|t| !cfg.teams.iter().any(|x| x.name == *t)) {
+        let names: Vec<&str> = cfg.teams.iter().map(|x| x.name.as_str()).collect();
+        return Err(bad("team", format!("no team {}; one of {}", shown(t), names.join(", "))));
+    }
     let tier = match q.tier.as_deref() {
-        Some(x) => Some(st.engine.config().tier_index(x).ok_or_else(|| bad("tier", format!("no tier {}", shown(x))))?),
+        Some(x) => Some(cfg.tier_index(x).ok_or_else(|| {
+            let names: Vec<&str> = cfg.tiers.iter().map(|t| t.name.as_str()).collect();
+            bad("tier", format!("no tier {}; one of {}", shown(x), names.join(", ")))
+        })?),
         None => None,
     };
     let c = st.engine.cluster();
@@ -684,7 +689,10 @@ async fn list_events(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -
     }
     let st = s.state();
     if let Some(p) = q.pool.as_deref() {
-        pool_index(&st, p).map_err(|e| bad("pool", e.1.error))?;
+        pool_index(&st, p).map_err(|e| {
+            let names: Vec<&str> = st.engine.config().pools.iter().map(|x| x.name.as_str()).collect();
+            bad("pool", format!("{}; one of {}", e.1.error, names.join(", ")))
+        })?;
     }
     // An unknown job or node has no events; say so rather than answer an empty page.
     if let Some(j) = whole("job", q.job.as_deref())?.filter(|&j| st.engine.job(JobId(j)).is_none()) {

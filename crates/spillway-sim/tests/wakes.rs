@@ -4,7 +4,7 @@
 //! asks and again with a few thousand extra `handle_timeout` calls (at instants where it acted, just after them,
 //! and anywhere in the run). The actions it asks for (launches, terminations, starts and stops) and the instants
 //! it asks for them must be the same. Decision records are left out: some are notes about a pass (the queue-scan
-//! limit) and their text carries the time of the pass that wrote it (`queued 42 s`), so an extra pass may add or
+//! limit) and their text carries the time of the pass that wrote it (`queued 42s`), so an extra pass may add or
 //! move one without any decision changing. `crates/spillway-core/tests/proptest_engine.rs` checks the same
 //! property on random small clusters.
 //!

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 /// Exit code: any other error.
 pub const EXIT_OTHER: u8 = 1;
+/// Exit code: a usage error (clap's own, and a filter value the server refuses).
+pub const EXIT_USAGE: u8 = 2;
 /// Exit code: the resource does not exist (404).
 pub const EXIT_NOT_FOUND: u8 = 3;
 /// Exit code: unauthorized or forbidden (401/403).
@@ -80,7 +82,9 @@ pub fn status_error(method: &str, path: &str, status: u16, body: &[u8]) -> CliEr
         EXIT_REJECTED => "rejected",
         _ => "server error",
     };
-    CliError::new(exit_code_for_status(status), format!("{kind} ({status}) on {method} {path}: {what}"))
+    // A query the server refuses (an unknown tier, team or pool in a filter) is a usage error, as clap's own are.
+    let code = if method == "GET" && matches!(status, 400 | 422) { EXIT_USAGE } else { exit_code_for_status(status) };
+    CliError::new(code, format!("{kind} ({status}) on {method} {path}: {what}"))
 }
 
 /// Returns the [`CliError`] for a transport failure: exit 6 (naming the URL) when the server cannot be reached or
@@ -99,7 +103,7 @@ fn transport_error(server: &str, method: &str, path: &str, e: ureq::Error) -> Cl
 
 /// The exit codes, for the top-level `--help`.
 pub const EXIT_CODES_HELP: &str = "Exit codes of the commands that talk to the daemon:\n  \
-    0  success\n  1  other error\n  2  usage error\n  3  not found (404)\n  \
+    0  success\n  1  other error\n  2  usage error (also a filter value the server does not know)\n  3  not found (404)\n  \
     4  unauthorized or forbidden (401/403)\n  5  request rejected (400/409/413/422; the server's error and field are printed)\n  \
     6  cannot reach the server";
 
@@ -355,6 +359,8 @@ mod tests {
         let e = status_error("POST", "/v1/jobs", 422, br#"{"error":"gpus must be >= 1","field":"gpus"}"#);
         assert_eq!(e.code, 5);
         assert!(e.message.contains("gpus must be >= 1") && e.message.contains("`gpus`"), "{}", e.message);
+        let e = status_error("GET", "/v1/jobs?tier=p9", 422, br#"{"error":"no tier `p9`; one of p0","field":"tier"}"#);
+        assert_eq!(e.code, 2, "a filter the server refuses is a usage error");
         let e = status_error("GET", "/v1/jobs/9", 404, b"nope");
         assert_eq!(e.code, 3);
         assert!(e.message.contains("nope"), "{}", e.message);

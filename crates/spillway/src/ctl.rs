@@ -162,10 +162,16 @@ pub enum NodesCommand {
 pub enum ExplainCommand {
     /// The chain of reasons a job waits (quota, tier SLO, gang fit, pool at max, cooldown, backoff, budget cap),
     /// or where and why it ran.
-    Job { id: u32 },
+    Job {
+        /// The job's id (as `submit` printed it; `jobs ls` lists them).
+        id: u32,
+    },
     /// A pool's size, why it did not grow, its idle nodes, and what it would launch with a higher max or out of
     /// its cooldown.
-    Pool { name: String },
+    Pool {
+        /// The pool's name, as in the config (`pools ls` lists them).
+        name: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -175,6 +181,7 @@ pub enum PoolsCommand {
     /// Change a pool's node bounds; an absent bound keeps its value.
     #[command(group(clap::ArgGroup::new("bounds").required(true).multiple(true).args(["min", "max"])))]
     Scale {
+        /// The cloud pool's name, as in the config (`pools ls` lists them).
         name: String,
         /// The pool's new min nodes (at least one of --min and --max).
         #[arg(long)]
@@ -185,13 +192,17 @@ pub enum PoolsCommand {
     },
     /// Protect a pool's nodes from scale-in (or lift the protection with --off).
     Protect {
+        /// The pool's name, as in the config (`pools ls` lists them).
         name: String,
+        /// Lift the protection instead: idle nodes may go again.
         #[arg(long)]
         off: bool,
     },
     /// Show what a pool would launch now for the waiting jobs were its max --max (changes nothing).
     WhatIf {
+        /// The cloud pool's name, as in the config (`pools ls` lists them).
         name: String,
+        /// The max nodes to ask about (default: the pool's max now).
         #[arg(long)]
         max: Option<u32>,
         /// Answer as if the pool were out of its scale-out cooldown.

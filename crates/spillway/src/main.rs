@@ -66,9 +66,13 @@ enum Command {
 enum ConfigCommand {
     /// Validate a config file: every unknown key and wrong type at once (with line, column and "did you mean"),
     /// then the first semantic error; prints warnings for settings that are valid but likely wrong.
-    Check { file: PathBuf },
+    Check {
+        /// The config file (TOML; examples/*.toml, docs/config.md has every key).
+        file: PathBuf,
+    },
     /// Print a config as the engine reads it: the file's own keys, or with --effective every default filled in.
     Show {
+        /// The config file (TOML).
         file: PathBuf,
         /// Fill in every default (tiers merged with the built-in p0, p1, p2).
         #[arg(long)]
@@ -82,9 +86,12 @@ enum ConfigCommand {
 enum TraceCommand {
     /// Convert a trace in any supported format to the native CSV format (stdout unless --out).
     Convert {
+        /// The trace file to read.
         file: PathBuf,
-        #[arg(long, default_value = "native")]
+        /// The format of FILE (the output is always native CSV).
+        #[arg(long, default_value = "native", value_parser = ["native", "alibaba2023", "tiresias", "helios"])]
         format: String,
+        /// Where to write the native CSV (default: stdout).
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -190,4 +197,37 @@ fn config_check(file: &std::path::Path) -> Result<()> {
 /// Returns `n` and `noun`, plural unless `n` is 1 (`1 pool`, `3 pools`).
 fn plural(n: usize, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Returns `path: --arg` for every argument of `cmd` and its subcommands that has no help text.
+    fn without_help(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        let path = format!("{path} {}", cmd.get_name());
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") || arg.is_hide_set() {
+                continue;
+            }
+            if arg.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                out.push(format!("{path}: {id}"));
+            }
+        }
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+            if sub.get_about().is_none() {
+                out.push(format!("{path} {}: (no about)", sub.get_name()));
+            }
+            without_help(sub, &path, out);
+        }
+    }
+
+    #[test]
+    fn every_command_and_argument_has_help() {
+        let mut missing = Vec::new();
+        without_help(&Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "no help on:\n{}", missing.join("\n"));
+    }
 }

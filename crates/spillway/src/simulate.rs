@@ -21,11 +21,11 @@ pub struct Args {
     /// Job trace to replay; default: a seeded synthetic workload.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Trace format: native, alibaba2023, tiresias or helios (a demand series replayed as jobs).
-    #[arg(long, default_value = "native")]
+    /// Trace format (helios: a demand series replayed as p1 jobs).
+    #[arg(long, default_value = "native", value_parser = ["native", "alibaba2023", "tiresias", "helios"])]
     format: String,
-    /// Synthetic workload when no trace is given.
-    #[arg(long, default_value = "bursty")]
+    /// Synthetic workload when no trace is given (bursty: a seeded week of mixed-tier bursts).
+    #[arg(long, default_value = "bursty", value_parser = ["bursty"])]
     workload: String,
     /// Jobs of the synthetic workload.
     #[arg(long, default_value_t = 2000)]
@@ -33,6 +33,8 @@ pub struct Args {
     /// Days of the synthetic workload.
     #[arg(long, default_value_t = 7.0)]
     days: f64,
+    /// Seed of the synthetic workload and of every random draw (boot times, interruptions): a run reproduces
+    /// from it.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Directory for report.json, timeseries.csv, events.jsonl and report.html.

@@ -281,7 +281,16 @@ fn a_job_that_fails_tells_how_in_its_view_the_cli_and_the_event_log() {
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(shown.contains("State=failed ExitCode=3"), "{shown}{}", String::from_utf8_lossy(&out.stderr));
     assert!(shown.contains("Attempt=1 ") && shown.contains("Ended=failed ExitCode=3"), "{shown}");
-    let shown_json = d.get(&format!("/v1/jobs/{three}"));
+    // And in `spillway jobs show -o json`, as a script reads it.
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["jobs", "show", &three.to_string(), "-o", "json", "--server"])
+        .arg(format!("http://127.0.0.1:{}", d.port))
+        .args(["--token", &d.admin()])
+        .output()
+        .expect("runs spillway");
+    let shown_json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("jobs show -o json: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!((shown_json["state"].as_str(), shown_json["exit_code"].as_i64()), (Some("failed"), Some(3)));
     assert_eq!(shown_json["attempts"][0]["exit_code"], 3, "{shown_json}");
     assert_eq!(shown_json["attempts"][0]["end"], "failed", "{shown_json}");
     // `submit --wait` exits with the job's status; `--follow` prints its output on the way.
@@ -430,6 +439,22 @@ fn bad_requests_are_refused_with_the_field_and_store_nothing() {
     assert_eq!(submits, 0);
     let (s, b) = d.raw("POST", "/v1/pools/od/scale", Some(&admin), Some(r#"{"min_nodes": 3, "max_nodes": 1}"#));
     assert_eq!((s, serde_json::from_str::<Value>(&b).unwrap()["field"].as_str()), (422, Some("min_nodes")));
+    // A filter naming a tier, team or pool the daemon does not have is a usage error (exit 2) that lists the
+    // names it has.
+    for (args, allowed) in [
+        (&["jobs", "ls", "--tier", "p9"][..], "one of p0, p1, p2"),
+        (&["jobs", "ls", "--team", "nobody"][..], "research"),
+        (&["events", "--pool", "nope"][..], "od"),
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .args(["--server", &format!("http://127.0.0.1:{}", d.port), "--token", &admin])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(allowed), "{args:?}: {err}");
+    }
 }
 
 /// `spillway up --demo` on the built-in cluster: the burst scales out, a spot node is interrupted and its jobs resume,
