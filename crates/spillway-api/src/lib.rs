@@ -86,10 +86,12 @@ impl JobSubmit {
         use limits::*;
         let opt =
             |field: &str, v: &Option<String>, max: usize| v.as_deref().map_or(Ok(()), |v| check_str(field, v, max));
-        opt("name", &self.name, MAX_NAME_BYTES)?;
-        check_str("tier", &self.tier, MAX_LABEL_BYTES)?;
-        opt("team", &self.team, MAX_LABEL_BYTES)?;
-        opt("gpu_model", &self.gpu_model, MAX_LABEL_BYTES)?;
+        let label =
+            |field: &str, v: &Option<String>, max: usize| v.as_deref().map_or(Ok(()), |v| check_label(field, v, max));
+        label("name", &self.name, MAX_NAME_BYTES)?;
+        check_label("tier", &self.tier, MAX_LABEL_BYTES)?;
+        label("team", &self.team, MAX_LABEL_BYTES)?;
+        label("gpu_model", &self.gpu_model, MAX_LABEL_BYTES)?;
         opt("workdir", &self.workdir, MAX_WORKDIR_BYTES)?;
         check_count("gpus", self.gpus, MAX_GPUS_PER_WORKER)?;
         check_count("workers", self.workers.unwrap_or(1), MAX_WORKERS)?;
@@ -121,6 +123,16 @@ fn check_str(field: &str, v: &str, max: usize) -> Result<(), ErrorBody> {
         return Err(refuse(field, format!("{field} contains a NUL byte")));
     }
     Ok(())
+}
+
+/// Checks a label shown in tables and logs (name, tier, team, GPU model): [`check_str`], and no control
+/// characters, so a name cannot break a table or send escape sequences to the terminal of whoever lists jobs.
+fn check_label(field: &str, v: &str, max: usize) -> Result<(), ErrorBody> {
+    check_str(field, v, max)?;
+    match v.chars().find(|c| c.is_control()) {
+        Some(c) => Err(refuse(field, format!("{field} contains the control character {:?}", c))),
+        None => Ok(()),
+    }
 }
 
 /// Checks a count in 1..=max (0 is left to the daemon, which names the field the same way).
@@ -641,5 +653,20 @@ mod tests {
         let mut j = submit();
         j.env.insert("K".into(), "a\0b".into());
         assert_eq!(field_of(&j).as_deref(), Some("env.K"));
+    }
+
+    #[test]
+    fn labels_with_control_characters_are_refused() {
+        for bad in ["\u{1b}[31mred", "two\nlines", "tab\there", "\u{7f}"] {
+            let mut j = submit();
+            j.name = Some(bad.into());
+            assert_eq!(field_of(&j).as_deref(), Some("name"), "{bad:?}");
+            let mut j = submit();
+            j.team = Some(bad.into());
+            assert_eq!(field_of(&j).as_deref(), Some("team"), "{bad:?}");
+        }
+        let mut j = submit();
+        j.name = Some("résumé — run 3".into());
+        assert_eq!(j.check(), Ok(()), "non-ASCII text is fine");
     }
 }

@@ -261,6 +261,20 @@ fn cases() -> Vec<Case> {
             piece: "inf is not a finite number",
         },
         Case {
+            rule: "a duration past 100 years (it overflowed into a timer that fired at once)",
+            text: format!("{BASE}\n[tiers.p1]\nqueue_wait_slo_s = 60\nburst_after_s = 1.5e300\n"),
+            key: "tiers.p1.burst_after_s",
+            line_of: ("burst_after_s = 1.5e300", 0),
+            piece: "longer than 100 years",
+        },
+        Case {
+            rule: "a duration string past 100 years",
+            text: format!("{BASE}\n[tiers.p1]\nqueue_wait_slo_s = 60\nburst_after_s = \"999999999999d\"\n"),
+            key: "tiers.p1.burst_after_s",
+            line_of: ("burst_after_s = \"999999999999d\"", 0),
+            piece: "longer than 100 years",
+        },
+        Case {
             rule: "an infinite spot fallback (written; only p2's built-in default is infinite)",
             text: format!("{BASE}\n[tiers.p2]\nspot_fallback_after_s = +inf\n"),
             key: "tiers.p2.spot_fallback_after_s",

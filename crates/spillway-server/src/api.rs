@@ -380,12 +380,11 @@ async fn list_jobs(State(s): S, headers: HeaderMap, RawQuery(raw): RawQuery) -> 
         })?),
         None => None,
     };
+    if let Some(t) = q.team.as_deref().filter(|t| !s.has_team(t)) {
+        return Err(bad("team", format!("no team {}; one of {}", shown(t), s.team_names().join(", "))));
+    }
     let st = s.state();
     let cfg = st.engine.config();
-    if let Some(t) = q.team.as_deref().filter(|t| !cfg.teams.iter().any(|x| x.name == *t)) {
-        let names: Vec<&str> = cfg.teams.iter().map(|x| x.name.as_str()).collect();
-        return Err(bad("team", format!("no team {}; one of {}", shown(t), names.join(", "))));
-    }
     let tier = match q.tier.as_deref() {
         Some(x) => Some(cfg.tier_index(x).ok_or_else(|| {
             let names: Vec<&str> = cfg.tiers.iter().map(|t| t.name.as_str()).collect();

@@ -211,6 +211,21 @@ impl Shared {
         ct_eq(&token_hash(want), &token_hash(token)) || self.principal(token) == Some(Principal::Admin)
     }
 
+    /// Returns the teams of this daemon (the config's, and `default` where the config names none), sorted.
+    pub fn team_names(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self
+            .principals
+            .iter()
+            .filter_map(|(_, p)| match p {
+                Principal::Team(t) => Some(t.as_str()),
+                Principal::Admin => None,
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Returns whether `team` is a team of this daemon.
     pub fn has_team(&self, team: &str) -> bool {
         self.principals.iter().any(|(_, p)| matches!(p, Principal::Team(t) if t == team))

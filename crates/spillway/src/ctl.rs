@@ -237,7 +237,8 @@ pub struct SubmitArgs {
     /// An environment variable of the job (repeatable).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
-    /// Directory the job starts in (default: its own job directory).
+    /// Directory the job starts in (default: the directory you submit from, as sbatch does; it must exist on
+    /// the nodes, so give --workdir when the daemon runs elsewhere).
     #[arg(long)]
     workdir: Option<String>,
     /// A GPU model the job needs (matched against the instance types' gpu_model), default: any.
@@ -337,13 +338,20 @@ pub fn build_submit(args: &SubmitArgs, file: JobFile) -> Result<JobSubmit> {
         workers: args.workers.or(file.workers),
         argv,
         env,
-        workdir: args.workdir.clone().or(file.workdir),
+        // Relative paths in the command mean what they mean where it was typed (Slurm's default too).
+        workdir: args.workdir.clone().or(file.workdir).or_else(submit_dir),
         gpu_model: args.gpu_model.clone().or(file.gpu_model),
         interruptible: args.interruptible.or(file.interruptible),
         checkpoint_interval_s: args.checkpoint_interval_s.or(file.checkpoint_interval_s),
         deadline_s: args.deadline_s.or(file.deadline_s),
         expected_duration_s: args.expected_duration_s.or(file.expected_duration_s),
     })
+}
+
+/// Returns the directory `submit` runs in, as a job's default workdir (`None` when it is gone or not UTF-8: the
+/// daemon then picks).
+fn submit_dir() -> Option<String> {
+    std::env::current_dir().ok().and_then(|d| d.to_str().map(String::from))
 }
 
 /// Runs one daemon command; errors carry their exit code as a [`CliError`].
@@ -624,16 +632,24 @@ fn list(ids: &[u32]) -> String {
     if ids.is_empty() { "-".into() } else { ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",") }
 }
 
-/// Returns how long a job has waited (queued), run (running) or ran (final), as of `now`.
-fn job_age(j: &JobView, now: f64) -> String {
-    let from = j.started_at.unwrap_or(j.submitted_at);
-    match j.state.as_str() {
-        "queued" => fmt_duration(now - j.submitted_at),
-        _ => fmt_duration(j.ended_at.unwrap_or(now) - from),
+/// Returns how long a job waited in the queue before its (last) start, or has waited so far, as of `now`.
+fn job_waited(j: &JobView, now: f64) -> String {
+    match j.started_at {
+        Some(s) if j.state != "queued" => fmt_duration(s - j.submitted_at),
+        // Cancelled before it ever started: it waited until it ended.
+        _ => fmt_duration(j.ended_at.unwrap_or(now) - j.submitted_at),
     }
 }
 
-/// Returns the jobs table: ID NAME TIER TEAM STATE ATTEMPT GPUS NODES AGE/WAIT REASON.
+/// Returns how long a job's (last) attempt has run or ran, as of `now`; `-` while it waits or if it never ran.
+fn job_ran(j: &JobView, now: f64) -> String {
+    match j.started_at {
+        Some(s) if j.state != "queued" => fmt_duration(j.ended_at.unwrap_or(now) - s),
+        _ => "-".into(),
+    }
+}
+
+/// Returns the jobs table: ID NAME TIER TEAM STATE ATTEMPT GPUS NODES WAITED RAN REASON.
 pub fn jobs_table(jobs: &[JobView], now: f64) -> String {
     let rows: Vec<Vec<String>> = jobs
         .iter()
@@ -650,12 +666,14 @@ pub fn jobs_table(jobs: &[JobView], now: f64) -> String {
                 j.attempt.to_string(),
                 gpus,
                 list(&j.nodes),
-                job_age(j, now),
+                job_waited(j, now),
+                job_ran(j, now),
                 reason,
             ]
         })
         .collect();
-    render_table(&["ID", "NAME", "TIER", "TEAM", "STATE", "ATTEMPT", "GPUS", "NODES", "AGE/WAIT", "REASON"], &rows)
+    let head = ["ID", "NAME", "TIER", "TEAM", "STATE", "ATTEMPT", "GPUS", "NODES", "WAITED", "RAN", "REASON"];
+    render_table(&head, &rows)
 }
 
 /// Returns one job in detail: the table row plus its command, times and interruptions.

@@ -63,6 +63,11 @@ fn defaults_and_missing_argv() {
     let args = SubmitArgs { argv: vec!["true".into()], ..Default::default() };
     let s = build_submit(&args, JobFile::default()).ok().unwrap_or_default();
     assert_eq!((s.tier.as_str(), s.gpus), ("p1", 1));
+    let here = std::env::current_dir().ok().and_then(|d| d.to_str().map(String::from));
+    assert_eq!(s.workdir, here, "the job starts where it was submitted from, as with sbatch");
+    let file = JobFile { workdir: Some("/data".into()), ..JobFile::default() };
+    let s = build_submit(&args, file).ok().unwrap_or_default();
+    assert_eq!(s.workdir.as_deref(), Some("/data"), "a job file's workdir wins over the default");
     let e = build_submit(&SubmitArgs::default(), JobFile::default()).err().map(|e| e.to_string());
     assert!(e.unwrap_or_default().contains("no command"));
 }
@@ -90,6 +95,28 @@ fn the_job_file_covers_every_submit_field() {
 }
 
 #[test]
+fn the_jobs_table_says_apart_how_long_a_job_waited_and_ran() {
+    let job = |state: &str, started: Option<f64>, ended: Option<f64>| JobView {
+        state: state.into(),
+        submitted_at: 1000.0,
+        started_at: started,
+        ended_at: ended,
+        ..Default::default()
+    };
+    let cells = |j: JobView| -> Vec<String> {
+        let t = jobs_table(&[j], 2000.0);
+        let row: Vec<String> = t.lines().nth(1).unwrap_or_default().split_whitespace().map(String::from).collect();
+        row[row.len() - 3..row.len() - 1].to_vec()
+    };
+    assert_eq!(cells(job("queued", None, None)), ["16m40s", "-"], "waiting so far, never ran");
+    assert_eq!(cells(job("running", Some(1060.0), None)), ["1m00s", "15m40s"], "waited, running so far");
+    assert_eq!(cells(job("succeeded", Some(1060.0), Some(1360.0))), ["1m00s", "5m00s"], "waited, ran");
+    assert_eq!(cells(job("cancelled", None, Some(1300.0))), ["5m00s", "-"], "cancelled while waiting");
+    // Requeued after an attempt: it waits again, and its last attempt's run time is not shown as current.
+    assert_eq!(cells(job("queued", Some(1060.0), Some(1360.0)))[1], "-");
+}
+
+#[test]
 fn tables_have_their_columns() {
     let job = JobView {
         id: 17,
@@ -107,11 +134,11 @@ fn tables_have_their_columns() {
     let lines: Vec<&str> = t.lines().collect();
     assert_eq!(
         lines[0].split_whitespace().collect::<Vec<_>>(),
-        ["ID", "NAME", "TIER", "TEAM", "STATE", "ATTEMPT", "GPUS", "NODES", "AGE/WAIT", "REASON"]
+        ["ID", "NAME", "TIER", "TEAM", "STATE", "ATTEMPT", "GPUS", "NODES", "WAITED", "RAN", "REASON"]
     );
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["17", "train", "p1", "research", "queued", "0", "4x2", "-", "5m00s", "no_capacity"]
+        ["17", "train", "p1", "research", "queued", "0", "4x2", "-", "5m00s", "-", "no_capacity"]
     );
     // Columns line up: each header starts where its cells start.
     assert_eq!(lines[0].find("TEAM"), lines[1].find("research"));

@@ -57,7 +57,7 @@ pub fn stream(url: &str, token: &str) {
         for e in events.iter().filter(|e| e.seq >= seen) {
             if e.kind != "job_pending" {
                 let at = crate::ctl::fmt_time(e.at);
-                println!("{at} UTC  {:<17} {:<10} {:<20} {}", e.kind, e.subject, e.reason, e.detail);
+                println!("{at}  {:<17} {:<10} {:<20} {}", e.kind, e.subject, e.reason, e.detail);
             }
         }
         seen = events.iter().map(|e| e.seq + 1).max().unwrap_or(seen).max(seen);

@@ -119,7 +119,8 @@ fn daemon_commands_map_answers_to_output_and_exit_codes() {
     assert_eq!(req.line, "POST /v1/jobs HTTP/1.1");
     assert_eq!(req.auth, "Bearer t");
     let body: serde_json::Value = serde_json::from_str(&req.body).expect("the body is JSON");
-    assert_eq!(body, serde_json::json!({"tier": "p1", "gpus": 1, "argv": ["python3", "x.py"]}));
+    let here = std::env::current_dir().expect("cwd").display().to_string();
+    assert_eq!(body, serde_json::json!({"tier": "p1", "gpus": 1, "argv": ["python3", "x.py"], "workdir": here}));
 
     let out = spillway(&["jobs", "show", "99", "--server", &url, "--token", "t"]);
     assert_eq!(out.status.code(), Some(4), "stderr: {}", text(&out.stderr));

@@ -98,10 +98,22 @@ impl Walk<'_> {
                 }
                 true
             }
+            (Kind::Secs, DeValue::Integer(n)) => {
+                let within = n.as_str().parse::<f64>().map(|x| super::secs::within(x, n.as_str()));
+                if let Ok(Err(e)) = within {
+                    errs.push(self.err(at, path, e));
+                }
+                true
+            }
+            (Kind::Secs, DeValue::Float(x)) => {
+                if let Ok(Err(e)) = x.as_str().parse::<f64>().map(|v| super::secs::within(v, x.as_str())) {
+                    errs.push(self.err(at, path, e));
+                }
+                true
+            }
             (Kind::Float, DeValue::Integer(_) | DeValue::Float(_))
             | (Kind::Bool, DeValue::Boolean(_))
             | (Kind::Str, DeValue::String(_))
-            | (Kind::Secs, DeValue::Integer(_) | DeValue::Float(_))
             | (Kind::Free(_), DeValue::Table(_)) => true,
             (Kind::OneOf(allowed), DeValue::String(s)) => {
                 if !allowed.contains(&s.as_ref()) {

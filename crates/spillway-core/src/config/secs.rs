@@ -3,6 +3,11 @@
 
 use serde::{Deserialize, Deserializer, de::Error};
 
+/// The longest duration a config takes: 100 years. Larger ones are refused, not read as "never": they turn into
+/// instants past the end of time, and a timer that overflows fires at once (an idle timeout of 1e300 s removed idle
+/// nodes the moment they went idle).
+pub const MAX_SECS: f64 = 100.0 * 365.0 * 86_400.0;
+
 /// A duration as written.
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -14,7 +19,7 @@ enum Written {
 /// Deserializes a duration in seconds.
 pub(super) fn de<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     match Written::deserialize(d)? {
-        Written::Seconds(s) => Ok(s),
+        Written::Seconds(s) => within(s, &s.to_string()).map_err(D::Error::custom),
         Written::Text(t) => parse(&t).map_err(D::Error::custom),
     }
 }
@@ -31,7 +36,7 @@ pub fn parse(text: &str) -> Result<f64, String> {
         format!("`{text}` is not a duration (a number of seconds, or e.g. \"90s\", \"5m\", \"2h\", \"1d\", \"1h30m\")")
     };
     if let Ok(x) = t.parse::<f64>() {
-        return Ok(x);
+        return within(x, text);
     }
     let (mut total, mut num, mut any) = (0.0, String::new(), false);
     for c in t.chars() {
@@ -54,7 +59,15 @@ pub fn parse(text: &str) -> Result<f64, String> {
     if !any || !num.is_empty() {
         return Err(bad());
     }
-    Ok(total)
+    within(total, text)
+}
+
+/// Returns `secs` when it is at most [`MAX_SECS`] (NaN and infinities are refused elsewhere, with their key).
+pub fn within(secs: f64, written: &str) -> Result<f64, String> {
+    if secs.is_finite() && secs > MAX_SECS {
+        return Err(format!("`{written}` is longer than 100 years, the longest duration a config takes"));
+    }
+    Ok(secs)
 }
 
 #[cfg(test)]
@@ -67,7 +80,7 @@ mod tests {
             assert_eq!(parse(t), Ok(s), "{t}");
         }
         assert_eq!(parse("1h30m"), Ok(5400.0));
-        for t in ["", "m", "5x", "5m3", "1..5s", "-"] {
+        for t in ["", "m", "5x", "5m3", "1..5s", "-", "999999999999d", "1.5e300", "3153600001"] {
             assert!(parse(t).is_err(), "{t}");
         }
     }
