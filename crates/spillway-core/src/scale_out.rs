@@ -142,14 +142,32 @@ impl Engine {
         planner.out
     }
 
+    /// Says why an interruptible job gets on-demand capacity: what stopped each spot pool its tier may use from
+    /// growing in this pass, or, where none said, that no spot node held it within its tier's fallback wait.
+    fn fallback_why(&self, id: JobId, not_grown: &BTreeMap<usize, NotGrown>) -> String {
+        let tier = &self.cfg.tiers[self.c.jobs[id.0 as usize].tier];
+        let whys: Vec<String> = (0..self.cfg.pools.len())
+            .filter(|&p| self.cfg.pools[p].market == Market::Spot && tier.markets.contains(&Market::Spot))
+            .filter_map(|p| {
+                not_grown.get(&p).map(|w| format!("pool {}: {}", self.cfg.pools[p].name, w.describe(self.now)))
+            })
+            .collect();
+        if whys.is_empty() {
+            let wait = crate::time::fmt_duration(tier.spot_fallback_after_s);
+            return format!(
+                "interruptible job gets on-demand capacity: no spot node held it within its tier's spot fallback wait of {wait}"
+            );
+        }
+        format!("interruptible job gets on-demand capacity: {}", whys.join("; "))
+    }
+
     /// Carries out a plan: pending reasons (with why the pool did not grow), fallback records, launches, then a
     /// `scale_out_blocked` decision where a pool's reason for not growing changed.
     fn apply_scale_out(&mut self, plan: ScalePlan) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
         for &id in &plan.fallbacks {
             self.c.counters.fallbacks += 1;
-            self.record(DecisionKind::Fallback, || crate::event::job_subject(id), "spot_unavailable_or_share", || {
-                "interruptible job gets on-demand capacity: spot is backed off, full, slow to come or at its share target".into()
-            });
+            let why = self.fallback_why(id, &plan.not_grown);
+            self.record(DecisionKind::Fallback, || crate::event::job_subject(id), "spot_unavailable_or_share", || why);
         }
         for (p, types) in plan.launches {
             self.launch(p, types, plan.demand.get(&p).copied());

@@ -544,7 +544,12 @@ fn insufficient_capacity_on_every_spot_offering_sends_p1_to_on_demand_at_once() 
     // At 90 s, long before spot_fallback_after_s (300 s after submission), on-demand is bought.
     assert_eq!(l.iter().map(|x| x.1).collect::<Vec<_>>(), vec![OD], "{l:?}");
     assert_eq!(h.job(job).pending, PendingReason::WaitingForNodes);
-    assert_eq!(h.records_of(DecisionKind::Fallback, "spot_unavailable_or_share").len(), 1);
+    let fell = h.records_of(DecisionKind::Fallback, "spot_unavailable_or_share");
+    assert_eq!(fell.len(), 1);
+    // It names why each spot pool did not grow, not a list of possible causes.
+    let why = &fell[0].detail;
+    assert!(why.contains("types are backed off for"), "{why}");
+    assert!(!why.contains("slow to come") && !why.contains("or at its share target"), "{why}");
     h.at(330.0);
     h.event(Event::NodeReady { node: l[0].0 });
     let p = started(&h.drain(), job).expect("starts on the on-demand node");

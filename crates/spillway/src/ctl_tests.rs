@@ -223,3 +223,22 @@ fn jobs_show_tells_every_attempt() {
     assert!(text.contains("Attempt=2 Nodes=4,5") && text.contains("Ended=failed ExitCode=3"), "{text}");
     assert!(text.contains("Cost=$3.00"), "{text}");
 }
+
+#[test]
+fn cost_windows_take_times_epochs_and_ages() {
+    assert_eq!(parse_time("2026-12-02T05:40:00Z"), Some(1_796_190_000.0));
+    assert_eq!(parse_time(&fmt_time(1_796_190_000.5)), Some(1_796_190_000.0), "what the tables print reads back");
+    assert_eq!(parse_time("2024-02-29T23:59:59.5Z"), Some(1_709_251_199.5), "a leap day");
+    for bad in ["2026-13-02T05:40:00Z", "2026-12-02T05:40:00", "2026-12-02", "yesterday", "2026-12-02T25:00:00Z"] {
+        assert_eq!(parse_time(bad), None, "{bad}");
+    }
+    let now = now();
+    let age = |s: &str| instant(s).ok().and_then(|x| x.parse::<f64>().ok()).map(|t| (now - t).round());
+    assert_eq!(age("1h30m"), Some(5400.0));
+    assert_eq!(age("90s"), Some(90.0));
+    assert_eq!(instant("1796190000").ok().as_deref(), Some("1796190000"));
+    for bad in ["90", "0", "-5m", "999999999999h", "5x"] {
+        let e = instant(bad).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains(&format!("`{bad}`")), "{bad}: {e}");
+    }
+}

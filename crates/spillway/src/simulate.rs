@@ -73,6 +73,19 @@ pub fn run(args: Args) -> Result<()> {
                 let mut t = Bursty { jobs: args.jobs, days: args.days, seed: args.seed }.generate();
                 let teams: Vec<String> = cfg.teams.iter().map(|t| t.name.clone()).collect();
                 trace::workload::use_teams(&mut t, &teams);
+                let largest = |tier: &str| cfg.tier_index(tier).map_or(0, |i| cfg.largest_node_gpus(i, None));
+                let widest = |tier: &str, g: u32| {
+                    let i = cfg.tier_index(tier);
+                    let room = i.and_then(|i| cfg.largest_gang(i, g, None, cfg.tiers[i].interruptible));
+                    room.map_or(u32::MAX, |r| r.workers)
+                };
+                let changed = trace::workload::fit_gangs(&mut t, largest, widest);
+                if changed > 0 {
+                    eprintln!(
+                        "note: {changed} generated jobs were reshaped to fit this config's nodes and pool maxes \
+                         (more workers of the largest node; gangs cut to the widest their tier can hold)"
+                    );
+                }
                 t
             }
             other => anyhow::bail!("unknown workload `{other}` (expected bursty)"),

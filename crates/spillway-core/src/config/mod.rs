@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 pub use budget::{Alerts, Budget, Period};
 pub use finite::{NonFinite, first_non_finite};
 pub use prometheus::Prometheus;
+pub use secs::parse as parse_duration;
 pub use validate::ConfigError;
 
 /// Where a pool's nodes come from and how they are paid for.

@@ -114,6 +114,27 @@ pub fn use_teams(trace: &mut Trace, teams: &[String]) {
     }
 }
 
+/// Reshapes generated gangs to a config of smaller nodes: a worker larger than any node its tier may use
+/// (`largest(tier)`, 0 when none) becomes more workers of the largest node's size, keeping the job's GPUs (rounded
+/// up to whole workers); then a gang wider than its tier could ever hold at once (`widest(tier, gpus)`) is cut to
+/// that width. Returns how many jobs changed.
+pub fn fit_gangs(trace: &mut Trace, largest: impl Fn(&str) -> u32, widest: impl Fn(&str, u32) -> u32) -> usize {
+    let mut changed = 0;
+    for j in &mut trace.jobs {
+        let tier = j.tier.clone().unwrap_or_default();
+        let most = largest(&tier);
+        let before = (j.gpus, j.workers);
+        if most > 0 && j.gpus > most {
+            let total = u64::from(j.gpus) * u64::from(j.workers);
+            j.workers = u32::try_from(total.div_ceil(u64::from(most))).unwrap_or(u32::MAX);
+            j.gpus = most;
+        }
+        j.workers = j.workers.min(widest(&tier, j.gpus).max(1));
+        changed += usize::from((j.gpus, j.workers) != before);
+    }
+    changed
+}
+
 impl Bursty {
     /// Generates the workload. Returns exactly `jobs` jobs sorted by submit time (ties keep generation
     /// order), named `job-000001`, `job-000002`, ... in that order, with `line` their 1-based position and
@@ -234,6 +255,31 @@ mod tests {
         let mut out = Vec::new();
         super::super::native::write(t, &mut out).unwrap();
         out
+    }
+
+    #[test]
+    fn gangs_larger_than_the_nodes_become_more_workers_of_the_same_gpus() {
+        let mut t = Bursty::default().generate();
+        let before: Vec<u64> = t.jobs.iter().map(|j| u64::from(j.gpus) * u64::from(j.workers)).collect();
+        // p0 may only use 4-GPU nodes; p1 has none at all (left as is: nothing to fit to).
+        let largest = |tier: &str| match tier {
+            "p0" => 4,
+            "p1" => 0,
+            _ => 8,
+        };
+        let changed = fit_gangs(&mut t, largest, |_, _| u32::MAX);
+        assert!(changed > 0);
+        for (j, total) in t.jobs.iter().zip(&before) {
+            let now = u64::from(j.gpus) * u64::from(j.workers);
+            match j.tier.as_deref() {
+                Some("p0") => assert!(j.gpus <= 4 && now == *total, "{j:?}: {total} GPUs kept"),
+                _ => assert_eq!(now, *total),
+            }
+        }
+        // A tier that can hold at most 2 workers at once gets gangs of at most 2.
+        let mut t = Bursty::default().generate();
+        fit_gangs(&mut t, largest, |tier, _| if tier == "p0" { 2 } else { u32::MAX });
+        assert!(t.jobs.iter().filter(|j| j.tier.as_deref() == Some("p0")).all(|j| j.workers <= 2 && j.gpus <= 4));
     }
 
     #[test]
