@@ -4,7 +4,7 @@
 //! which acts as the pool's min; the decision record names the winning policy.
 
 use crate::autoscale::Proposal;
-use crate::autoscale::forecast::{fit, steps_per_day};
+use crate::autoscale::forecast::{fit_for_horizon, steps_per_day};
 use crate::config::{Pool, PredictiveMode};
 use crate::engine::EventError;
 use crate::event::DecisionKind;
@@ -162,6 +162,9 @@ impl Engine {
         let (now, bucket) = (self.now, secs(cfg.bucket_s));
         let busy = self.pool_demand(p);
         let day = steps_per_day(cfg.bucket_s).ok()?;
+        let lead_s = self.cfg.pools[p].boot_latency_s + cfg.buffer_s;
+        // The forecast starts at the bucket now open; look past it by the lead time.
+        let steps = (lead_s / cfg.bucket_s).ceil() as usize + 1;
         let h = &mut self.history[p];
         let start = *h.bucket_start.get_or_insert(now);
         h.bucket_max = h.bucket_max.max(busy as f64);
@@ -177,16 +180,14 @@ impl Engine {
             h.bucket_start = Some(start + closed as i64 * bucket);
             h.bucket_max = busy as f64;
             if h.values.len() >= day && (h.model.is_none() || h.values.len() >= h.fitted_at + day) {
-                h.model = fit(&h.values, cfg.bucket_s).ok();
+                // Chosen for the horizon it is read at: a method that wins one bucket ahead may lose at the lead.
+                h.model = fit_for_horizon(&h.values, cfg.bucket_s, steps).ok();
                 h.fitted_at = h.values.len();
             }
         }
         wake.at(h.bucket_start.unwrap_or(now) + bucket);
         let model = h.model.as_ref()?;
         let pool = &self.cfg.pools[p];
-        let lead_s = pool.boot_latency_s + cfg.buffer_s;
-        // The forecast starts at the bucket now open; look past it by the lead time.
-        let steps = (lead_s / cfg.bucket_s).ceil() as usize + 1;
         let peak = model.forecast(steps).into_iter().fold(0.0f64, f64::max);
         let node_gpus = node_gpus(self, pool).max(1);
         let want = ((peak / node_gpus as f64).ceil() as u32).min(pool.max_nodes);

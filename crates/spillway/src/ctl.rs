@@ -3,6 +3,7 @@
 //! Argument parsing, request building and table rendering; the transport is in [`crate::client`].
 
 use crate::client::{CliError, Client, Conn, EXIT_OTHER, connect, query, segment, show};
+use crate::window::instant;
 use anyhow::{Context, Result};
 use clap::{ArgAction, Args, Subcommand};
 use serde_json::Value;
@@ -805,58 +806,6 @@ pub fn events_table(events: &[EventView]) -> String {
         .map(|e| vec![fmt_time(e.at), e.kind.clone(), e.subject.clone(), e.reason.clone(), e.detail.clone()])
         .collect();
     render_table(&["TIME", "KIND", "SUBJECT", "REASON", "DETAIL"], &rows)
-}
-
-/// Returns an instant for the cost window as seconds since the epoch, from an RFC 3339 UTC time as the tables
-/// print it (`2026-12-02T05:40:00Z`), seconds since the epoch, or an age counted back from now (`90s`, `30m`,
-/// `1h30m`, `1d`, as durations are written in the config).
-fn instant(s: &str) -> anyhow::Result<String> {
-    let now = now();
-    let usage = |why: String| -> anyhow::Error { crate::client::CliError { code: 2, message: why }.into() };
-    if let Some(at) = parse_time(s) {
-        return Ok(format!("{at}"));
-    }
-    if let Ok(x) = s.trim().parse::<f64>() {
-        // Ten digits make an epoch time of this century; fewer are surely an age written without its unit.
-        if !(1e9..=now + 86_400.0 * 366.0 * 100.0).contains(&x) {
-            return Err(usage(format!(
-                "`{s}` is not a time: an epoch time has ten digits; for an age give its unit (`{s}s`, `{s}m`)"
-            )));
-        }
-        return Ok(format!("{x}"));
-    }
-    match spillway_core::config::parse_duration(s) {
-        Ok(age) if age >= 0.0 && age <= now => Ok(format!("{:.3}", now - age)),
-        Ok(_) => Err(usage(format!("`{s}` reaches back before 1970"))),
-        Err(_) => Err(usage(format!(
-            "`{s}` is not a time: give a time like 2026-12-02T05:40:00Z, seconds since the epoch, or an age like \
-             90s, 30m, 1h30m, 1d"
-        ))),
-    }
-}
-
-/// Returns the epoch seconds of an RFC 3339 UTC time `YYYY-MM-DDTHH:MM:SS[.fff]Z` (the form [`fmt_time`] prints),
-/// or `None`.
-fn parse_time(s: &str) -> Option<f64> {
-    let s = s.trim().strip_suffix('Z').or_else(|| s.trim().strip_suffix("+00:00"))?;
-    let (date, time) = s.split_once(['T', ' '])?;
-    let num = |t: &str| -> Option<i64> { t.chars().all(|c| c.is_ascii_digit()).then(|| t.parse().ok()).flatten() };
-    let mut d = date.splitn(3, '-').map(num);
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let mut t = time.splitn(3, ':');
-    let (hh, mm) = (num(t.next()?)?, num(t.next()?)?);
-    let sec: f64 = t.next()?.parse().ok().filter(|x: &f64| (0.0..61.0).contains(x))?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 {
-        return None;
-    }
-    // Days-from-civil (Howard Hinnant's algorithm), the inverse of `fmt_time`'s.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + hh * 3600 + mm * 60) as f64 + sec)
 }
 
 /// Returns the cost breakdown: one row per (group, key) with USD, total and idle first; market rows also give the

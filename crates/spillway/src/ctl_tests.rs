@@ -1,6 +1,7 @@
 //! Unit tests of `ctl.rs`: job files, flag overrides, tables, times.
 
 use super::*;
+use crate::window::parse_time;
 use spillway_api::AttemptView;
 
 const GOOD: &str = "name = \"train\"\ntier = \"p0\"\ngpus = 4\nworkers = 2\nargv = [\"python3\", \"train.py\"]\n\

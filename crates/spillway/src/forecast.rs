@@ -1,6 +1,7 @@
 //! `spillway forecast`: fit the forecaster on a demand series up to its last week, forecast that week with rolling
-//! origins `--horizon` ahead (parameters fitted once; the state then takes each new bucket), print the errors
-//! beside seasonal-naive's, and write `forecast.csv` and `forecast.svg`.
+//! origins at 10 min, 30 min, 1 h, 2 h and `--horizon` ahead (parameters fitted once per horizon; the state then
+//! takes each new bucket), print every method's errors beside persistence's and seasonal-naive's, overall and on the
+//! buckets where demand rises, and write `forecast.csv` and `forecast.svg` for `--horizon`.
 
 use anyhow::{Context, Result, bail};
 use spillway_core::autoscale::forecast::{self, Method};
@@ -46,35 +47,39 @@ fn parse_duration(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The horizons every report covers (seconds), beside `--horizon`.
+const HORIZONS_S: [f64; 4] = [600.0, 1800.0, 3600.0, 7200.0];
+/// A bucket counts as rising when demand at the target is more than this factor of demand at the origin.
+const RISE: f64 = 1.10;
+
 pub fn run(args: Args) -> Result<()> {
     let series = demand::load(&args.series, &args.column)?;
     let bucket_s = args.bucket;
     let values = forecast::aggregate(&series.values, series.step_s(), bucket_s)?;
     let day = forecast::steps_per_day(bucket_s)?;
     let week = day * 7;
-    let h = (args.horizon / bucket_s).round() as usize;
-    if h == 0 || (h as f64 * bucket_s - args.horizon).abs() > 1e-6 || h > week {
-        bail!("--horizon {} s must be a whole number of --bucket {bucket_s} s, at most a week", args.horizon);
-    }
-    if values.len() < week + day + h {
+    let steps = |horizon_s: f64| -> Result<usize> {
+        let h = (horizon_s / bucket_s).round() as usize;
+        if h == 0 || (h as f64 * bucket_s - horizon_s).abs() > 1e-6 || h > week {
+            bail!("horizon {horizon_s} s must be a whole number of --bucket {bucket_s} s, at most a week");
+        }
+        Ok(h)
+    };
+    let h = steps(args.horizon).context("--horizon")?;
+    let longest = HORIZONS_S.iter().filter_map(|&s| steps(s).ok()).max().unwrap_or(h).max(h);
+    if values.len() < week + day + longest {
         bail!(
             "{}: {} buckets; holding out the last week needs at least {}",
             series.source,
             values.len(),
-            week + day + h
+            week + day + longest
         );
     }
     let test_start = values.len() - week;
-    let fitted = forecast::fit_for_horizon(&values[..test_start], bucket_s, h)
-        .context("fitting on the data before the last week")?;
-    let chosen = forecast::rolling(fitted.method(), &values, bucket_s, test_start, h)?;
-    let naive = forecast::rolling(Method::SeasonalNaive, &values, bucket_s, test_start, h)?;
-    let actual = &values[test_start..];
     let bucket_ms = (bucket_s * 1000.0).round() as i64;
     let time = |i: usize| format_time(series.start + bucket_ms * i as i64);
-
     println!(
-        "{} `{}`: {} buckets of {bucket_s} s; train {} .. {} ({test_start} buckets), test the last week from {}, horizon {h} bucket(s)",
+        "{} `{}`: {} buckets of {bucket_s} s; train {} .. {} ({test_start} buckets), test the last week from {}",
         series.source,
         series.column,
         values.len(),
@@ -82,25 +87,112 @@ pub fn run(args: Args) -> Result<()> {
         time(test_start - 1),
         time(test_start)
     );
-    println!("validation on the end of the training data (chosen by RMSE):");
-    for c in fitted.validation() {
-        println!("  {:<16} MAPE {:>8}  RMSE {:>8.3}  {}", c.method.name(), pct(c.mape), c.rmse, c.method);
+    println!("held-out last week, each bucket forecast from the buckets before the horizon (rolling origin);");
+    println!("'rising': only the buckets whose demand is more than 10% above its value at the origin");
+    println!(
+        "  {:<8} {:<16} {:>8} {:>9} {:>13} {:>13} {:>7}",
+        "horizon", "method", "MAPE", "RMSE", "rising MAPE", "rising RMSE", "chosen"
+    );
+    let mut horizons: Vec<f64> = HORIZONS_S.to_vec();
+    if !horizons.contains(&args.horizon) {
+        horizons.push(args.horizon);
     }
-    println!("held-out last week, each bucket forecast {h} bucket(s) ahead:");
-    let rows = [(format!("{} (chosen)", fitted.method().name()), &chosen), ("seasonal_naive".to_string(), &naive)];
-    println!("  {:<24} {:>8} {:>9}", "method", "MAPE", "RMSE");
-    for (name, f) in rows {
-        println!(
-            "  {name:<24} {:>8} {:>9.3}",
-            pct(forecast::mape(actual, f)),
-            forecast::rmse(actual, f).unwrap_or(f64::NAN)
-        );
+    let mut kept = None;
+    for horizon_s in horizons {
+        let Ok(hs) = steps(horizon_s) else { continue };
+        let fitted = forecast::fit_for_horizon(&values[..test_start], bucket_s, hs)
+            .context("fitting on the data before the last week")?;
+        let rows = score_horizon(&values, bucket_s, test_start, hs, &fitted)?;
+        for row in &rows {
+            println!(
+                "  {:<8} {:<16} {:>8} {:>9.3} {:>13} {:>13} {:>7}",
+                duration_label(horizon_s),
+                row.name,
+                pct(row.all.0),
+                row.all.1,
+                pct(row.rising.0),
+                row.rising.1.map_or("n/a".into(), |r| format!("{r:.3}")),
+                if row.chosen { "yes" } else { "" }
+            );
+        }
+        if hs == h {
+            kept = Some((fitted, rows));
+        }
     }
+    let Some((fitted, rows)) = kept else { bail!("--horizon: no forecast made") };
+    println!("chosen for {}: {}", duration_label(args.horizon), fitted.method());
+    write_outputs(&args, &series, &values, test_start, day, &fitted, &rows)
+}
 
+/// One method's errors on the held-out week at one horizon.
+struct Scored {
+    name: &'static str,
+    chosen: bool,
+    forecasts: Vec<f64>,
+    /// (MAPE, RMSE) over every bucket.
+    all: (Option<f64>, f64),
+    /// (MAPE, RMSE) over the rising buckets.
+    rising: (Option<f64>, Option<f64>),
+}
+
+/// Returns the errors of persistence, seasonal-naive, the best of each other family (as validated on the
+/// training data) and the chosen method, each forecasting `values[test_start..]` `h` buckets ahead.
+fn score_horizon(
+    values: &[f64],
+    bucket_s: f64,
+    test_start: usize,
+    h: usize,
+    fitted: &forecast::Model,
+) -> Result<Vec<Scored>> {
+    let actual = &values[test_start..];
+    let rising: Vec<usize> = (0..actual.len()).filter(|&i| actual[i] > RISE * values[test_start + i - h]).collect();
+    let pick = |v: &[f64]| -> Vec<f64> { rising.iter().map(|&i| v[i]).collect() };
+    let mut methods: Vec<Method> = vec![Method::Persistence, Method::SeasonalNaive];
+    for m in fitted.validation().iter().map(|c| c.method).chain([fitted.method()]) {
+        if !methods.contains(&m) {
+            methods.push(m);
+        }
+    }
+    let mut out = Vec::new();
+    for m in methods {
+        let f = forecast::rolling(m, values, bucket_s, test_start, h)?;
+        let (ra, rf) = (pick(actual), pick(&f));
+        out.push(Scored {
+            name: m.name(),
+            chosen: m == fitted.method(),
+            all: (forecast::mape(actual, &f), forecast::rmse(actual, &f).unwrap_or(f64::NAN)),
+            rising: (forecast::mape(&ra, &rf), forecast::rmse(&ra, &rf)),
+            forecasts: f,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes forecast.csv (the actual week and each method's forecasts at `--horizon`) and forecast.svg.
+fn write_outputs(
+    args: &Args,
+    series: &demand::Series,
+    values: &[f64],
+    test_start: usize,
+    day: usize,
+    fitted: &forecast::Model,
+    rows: &[Scored],
+) -> Result<()> {
+    let actual = &values[test_start..];
+    let bucket_ms = (args.bucket * 1000.0).round() as i64;
+    let time = |i: usize| format_time(series.start + bucket_ms * i as i64);
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let mut csv = String::from("time,actual,chosen,seasonal_naive\n");
+    let mut csv = String::from("time,actual");
+    for r in rows {
+        let _ = write!(csv, ",{}", r.name);
+    }
+    csv.push('\n');
     for (i, a) in actual.iter().enumerate() {
-        let _ = writeln!(csv, "{},{a:.3},{:.3},{:.3}", time(test_start + i), chosen[i], naive[i]);
+        let _ = write!(csv, "{},{a:.3}", time(test_start + i));
+        for r in rows {
+            let _ = write!(csv, ",{:.3}", r.forecasts[i]);
+        }
+        csv.push('\n');
     }
     let csv_path = args.out.join("forecast.csv");
     std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
@@ -108,11 +200,13 @@ pub fn run(args: Args) -> Result<()> {
         format!("{} {}: last week, forecast {} ahead", series.source, series.column, duration_label(args.horizon));
     let days: Vec<(usize, String)> =
         (0..actual.len()).step_by(day).map(|i| (i, time(test_start + i).chars().take(10).collect())).collect();
-    let lines = [
-        ("actual", "#222", actual, false),
-        (fitted.method().name(), "#1f6fd1", &chosen, false),
-        ("seasonal_naive", "#e07b00", &naive, true),
-    ];
+    let chosen = rows.iter().find(|r| r.chosen).map_or(actual, |r| &r.forecasts);
+    let of = |name: &str| rows.iter().find(|r| r.name == name).map_or(actual, |r| &r.forecasts);
+    let mut lines = vec![("actual", "#222", actual, false), (fitted.method().name(), "#1f6fd1", chosen, false)];
+    if fitted.method() != Method::Persistence {
+        lines.push(("persistence", "#2a9d55", of("persistence"), true));
+    }
+    lines.push(("seasonal_naive", "#e07b00", of("seasonal_naive"), true));
     let svg = chart(&title, &days, &lines);
     let svg_path = args.out.join("forecast.svg");
     std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
@@ -204,6 +298,23 @@ mod tests {
         for bad in ["", "h", "0m", "-1h", "5w"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn every_horizon_scores_the_baselines_the_families_and_the_choice_with_its_rising_buckets() {
+        // Nine days of 10-minute buckets: a daily square wave (100 by night, 200 by day).
+        let values: Vec<f64> = (0..9 * 144).map(|i| if (i % 144) < 72 { 100.0 } else { 200.0 }).collect();
+        let test_start = values.len() - 144;
+        let fitted = forecast::fit_for_horizon(&values[..test_start], 600.0, 6).expect("fits");
+        let rows = score_horizon(&values, 600.0, test_start, 6, &fitted).expect("scores");
+        let names: Vec<&str> = rows.iter().map(|r| r.name).collect();
+        assert_eq!(&names[..2], ["persistence", "seasonal_naive"]);
+        assert_eq!(rows.iter().filter(|r| r.chosen).count(), 1, "exactly one row is the choice");
+        // A pattern that repeats exactly: the chosen method forecasts it, persistence misses each step up.
+        let chosen = rows.iter().find(|r| r.chosen).map(|r| r.all.1).unwrap_or(f64::NAN);
+        assert!(chosen < 1e-9 && rows[0].all.1 > 10.0, "{chosen} vs persistence {}", rows[0].all.1);
+        // The rising buckets are the 6 after the step up: persistence is 100 short on each.
+        assert_eq!(rows[0].rising.1, Some(100.0));
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod slurm_cmd;
 // CLI over the daemon's HTTP API (submit, jobs, nodes, pools, events, cost).
 mod client;
 mod ctl;
+mod window;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -45,7 +46,8 @@ enum Command {
     /// Run a node agent (the local provider starts these; not for direct use).
     #[command(hide = true)]
     Agent(daemon_cmd::AgentArgs),
-    /// Forecast a demand series: fit on all but its last week, score that week against seasonal-naive.
+    /// Forecast a demand series: fit on all but its last week, score that week at 10m-2h against persistence and
+    /// seasonal-naive (overall and on rising buckets).
     Forecast(forecast::Args),
     /// Print a shell completion script: `source <(spillway completions bash)`, or save it where your shell looks.
     Completions {

@@ -1,8 +1,12 @@
 //! Demand forecasts for predictive scaling. A series sampled at a fixed step (minute samples averaged to buckets
-//! with [`aggregate`]) is forecast by the candidate method with the lowest RMSE on a validation slice at the end of
-//! the history, each candidate forecasting that slice from only the values before it:
+//! with [`aggregate`]) is forecast by persistence (the last value) unless another candidate beats it clearly on a
+//! validation slice at the end of the history, each candidate forecasting that slice from only the values before
+//! it. Persistence is the floor because cluster demand moves like a random walk at an hour's range: a method that
+//! is not anchored to the present loses to "the value now", and one that merely ties it is no reason to act.
 //!
-//! - seasonal-naive, the reference: the value one week earlier (one day earlier while history is shorter);
+//! - persistence, the floor: the last value seen;
+//! - seasonal-naive: the value one week earlier (one day earlier while history is shorter);
+//! - anchored seasonal: the last value plus a share of the change the day and week before saw over the horizon;
 //! - additive Holt-Winters with a damped trend and two seasons, daily and weekly (after Taylor, 2003);
 //! - a seasonal blend: a weighted mix of the values one day and one week earlier, plus an exponentially smoothed
 //!   residual that fades with the horizon (it carries the current level, which a seasonal lag alone misses).
@@ -23,6 +27,11 @@ const HW_GAMMAS: [f64; 6] = [0.0, 0.02, 0.05, 0.1, 0.2, 0.4];
 const BLEND_DAY_WEIGHTS: [f64; 5] = [0.0, 0.25, 0.5, 0.75, 1.0];
 const BLEND_ALPHAS: [f64; 5] = [0.1, 0.25, 0.5, 0.75, 1.0];
 const BLEND_PHIS: [f64; 6] = [0.5, 0.8, 0.9, 0.95, 0.99, 1.0];
+const ANCHOR_SHARES: [f64; 6] = [0.05, 0.1, 0.2, 0.35, 0.5, 1.0];
+const ANCHOR_DAY_WEIGHTS: [f64; 3] = [0.0, 0.5, 1.0];
+/// How much lower than persistence's a candidate's validation RMSE must be for it to be chosen: a smaller edge on
+/// one week is as likely noise as skill (on the shared Helios series, 1% edges became losses the week after).
+const MUST_BEAT_PERSISTENCE_BY: f64 = 0.05;
 
 /// Why a series cannot be forecast.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -44,8 +53,13 @@ pub enum ForecastError {
 /// A forecasting method with its parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Method {
+    /// The last value seen.
+    Persistence,
     /// The value one week earlier; one day earlier while the history is shorter than a week.
     SeasonalNaive,
+    /// The last value plus `share` x the change over the horizon one period earlier: `day_weight` of the day
+    /// before's, the rest of the week before's (the day's alone while less than a week has been seen).
+    Anchored { share: f64, day_weight: f64 },
     /// Additive Holt-Winters: level, trend damped by `phi` per step, daily and weekly seasons.
     HoltWinters { alpha: f64, beta: f64, phi: f64, gamma_day: f64, gamma_week: f64 },
     /// `day_weight` x (one day earlier) + the rest x (one week earlier), plus the residual smoothed with `alpha`,
@@ -57,7 +71,9 @@ impl Method {
     /// Returns the method's stable name.
     pub fn name(&self) -> &'static str {
         match self {
+            Method::Persistence => "persistence",
             Method::SeasonalNaive => "seasonal_naive",
+            Method::Anchored { .. } => "anchored",
             Method::HoltWinters { .. } => "holt_winters",
             Method::Blend { .. } => "blend",
         }
@@ -67,7 +83,9 @@ impl Method {
 impl fmt::Display for Method {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
+            Method::Persistence => write!(f, "persistence"),
             Method::SeasonalNaive => write!(f, "seasonal_naive"),
+            Method::Anchored { share, day_weight } => write!(f, "anchored(share={share}, day_weight={day_weight})"),
             Method::HoltWinters { alpha, beta, phi, gamma_day, gamma_week } => {
                 write!(
                     f,
@@ -187,7 +205,7 @@ impl Model {
     pub fn observe(&mut self, value: f64) {
         let y = if value.is_finite() { value } else { self.predict(1) };
         match self.method {
-            Method::SeasonalNaive => {}
+            Method::Persistence | Method::SeasonalNaive | Method::Anchored { .. } => {}
             Method::HoltWinters { alpha, beta, phi, gamma_day, gamma_week } => {
                 let (pd, pw) = (self.seen % self.day, self.seen % self.week);
                 let (d, w) = (self.day_season[pd], self.week_season[pw]);
@@ -202,7 +220,8 @@ impl Model {
                 self.residual = alpha * (y - base) + (1.0 - alpha) * self.residual;
             }
         }
-        if self.recent.len() == self.week {
+        // A week and one value: the anchored method reads the value one week before the last.
+        if self.recent.len() > self.week {
             self.recent.pop_front();
         }
         self.recent.push_back(y);
@@ -217,7 +236,17 @@ impl Model {
     /// Returns the forecast `h` (>= 1) steps after the last value seen, never below zero.
     fn predict(&self, h: usize) -> f64 {
         let y = match self.method {
+            Method::Persistence => self.recent.back().copied().unwrap_or(0.0),
             Method::SeasonalNaive => self.lagged(h, if self.seen >= self.week { self.week } else { self.day }),
+            Method::Anchored { share, day_weight } => {
+                let change = |period: usize| self.lagged(h, period) - self.before_last(period);
+                let seasonal = if self.seen > self.week {
+                    day_weight * change(self.day) + (1.0 - day_weight) * change(self.week)
+                } else {
+                    change(self.day)
+                };
+                self.recent.back().copied().unwrap_or(0.0) + share * seasonal
+            }
             Method::HoltWinters { phi, .. } => {
                 let damped = if phi == 1.0 { h as f64 } else { phi * (1.0 - powi(phi, h)) / (1.0 - phi) };
                 let t = self.seen + h - 1;
@@ -238,6 +267,12 @@ impl Model {
         day_weight * day + (1.0 - day_weight) * self.lagged(h, self.week)
     }
 
+    /// Returns the value `period` steps before the last one seen (the last one while fewer have been seen).
+    fn before_last(&self, period: usize) -> f64 {
+        let n = self.recent.len();
+        self.recent.get(n.wrapping_sub(1 + period)).or(self.recent.back()).copied().unwrap_or(0.0)
+    }
+
     /// Returns the latest seen value a whole number of `period`s before the step `h` ahead.
     fn lagged(&self, h: usize, period: usize) -> f64 {
         let back = h.div_ceil(period) * period - h;
@@ -252,28 +287,31 @@ fn powi(x: f64, n: usize) -> f64 {
     x.powi(i32::try_from(n).unwrap_or(i32::MAX))
 }
 
-/// Returns the model whose method forecasts best `horizon_steps` ahead on the validation slice (the last week of
-/// `history`, or less when the history is short: at least two days stay before it to warm the state up), fitted
-/// on all of `history`. Candidates are seasonal-naive and grids of Holt-Winters and blend parameters, ranked by
-/// RMSE (in demand units: what over- and under-provisioning cost; MAPE blows up near idle stretches); a tie
-/// keeps the earlier candidate, so seasonal-naive wins unless another method is strictly better. With too little
-/// history to validate, seasonal-naive is chosen.
+/// Returns the model for forecasting `horizon_steps` ahead, fitted on all of `history`: persistence, unless a
+/// candidate's RMSE on the validation slice (the last week of `history`, or less when the history is short: at
+/// least two days stay before it to warm the state up) is lower than persistence's by more than
+/// [`MUST_BEAT_PERSISTENCE_BY`]; then the best such candidate. Candidates are seasonal-naive and grids of anchored,
+/// Holt-Winters and blend parameters, ranked by RMSE (in demand units: what over- and under-provisioning cost; MAPE
+/// blows up near idle stretches); a tie keeps the earlier candidate. With too little history to validate,
+/// persistence is chosen. [`Model::validation`] lists persistence, seasonal-naive and the best of each family.
 pub fn fit_for_horizon(history: &[f64], step_s: f64, horizon_steps: usize) -> Result<Model, ForecastError> {
     let day = check(history, step_s)?;
     let h = horizon_steps.max(1);
     let val_len = (day * DAYS_PER_WEEK).min(history.len().saturating_sub(2 * day));
     if val_len <= h {
-        return Model::new(Method::SeasonalNaive, history, step_s);
+        return Model::new(Method::Persistence, history, step_s);
     }
     let val_start = history.len() - val_len;
     let score = |method| validate(method, history, step_s, day, val_start, h);
-    let reference = score(Method::SeasonalNaive);
-    let mut families = vec![reference];
-    for family in [holt_winters_grid(), blend_grid()] {
+    let floor = score(Method::Persistence);
+    let mut families = vec![floor, score(Method::SeasonalNaive)];
+    for family in [anchored_grid(), holt_winters_grid(), blend_grid()] {
         let best = family.into_iter().map(score).reduce(|a, b| if b.rmse < a.rmse { b } else { a });
         families.extend(best);
     }
-    let chosen = families.iter().copied().reduce(|a, b| if b.rmse < a.rmse { b } else { a }).unwrap_or(reference);
+    let bar = floor.rmse * (1.0 - MUST_BEAT_PERSISTENCE_BY);
+    let best = families[1..].iter().copied().reduce(|a, b| if b.rmse < a.rmse { b } else { a });
+    let chosen = best.filter(|c| c.rmse < bar).unwrap_or(floor);
     let mut model = Model::new(chosen.method, history, step_s)?;
     model.validation = families;
     Ok(model)
@@ -282,6 +320,16 @@ pub fn fit_for_horizon(history: &[f64], step_s: f64, horizon_steps: usize) -> Re
 /// Returns [`fit_for_horizon`] for one step ahead.
 pub fn fit(history: &[f64], step_s: f64) -> Result<Model, ForecastError> {
     fit_for_horizon(history, step_s, 1)
+}
+
+fn anchored_grid() -> Vec<Method> {
+    let mut grid = Vec::new();
+    for share in ANCHOR_SHARES {
+        for day_weight in ANCHOR_DAY_WEIGHTS {
+            grid.push(Method::Anchored { share, day_weight });
+        }
+    }
+    grid
 }
 
 fn holt_winters_grid() -> Vec<Method> {
@@ -420,9 +468,12 @@ mod tests {
             assert_ne!(model.method(), Method::SeasonalNaive, "seed {seed}");
             let chosen = rolling(model.method(), &series, HOUR_S, test_start, horizon).unwrap();
             let naive = rolling(Method::SeasonalNaive, &series, HOUR_S, test_start, horizon).unwrap();
+            let last = rolling(Method::Persistence, &series, HOUR_S, test_start, horizon).unwrap();
             let actual = &series[test_start..];
             let (c, n) = (rmse(actual, &chosen).unwrap(), rmse(actual, &naive).unwrap());
             assert!(c < 0.85 * n, "seed {seed} h {horizon}: {} rmse {c:.2} vs seasonal-naive {n:.2}", model.method());
+            let p = rmse(actual, &last).unwrap();
+            assert!(c < p, "seed {seed} h {horizon}: {} rmse {c:.2} vs persistence {p:.2}", model.method());
             assert!(mape(actual, &chosen).unwrap() < mape(actual, &naive).unwrap(), "seed {seed}: mape");
         }
     }
@@ -433,14 +484,16 @@ mod tests {
         let (a, b) = (fit(&series, HOUR_S).unwrap(), fit(&series, HOUR_S).unwrap());
         assert_eq!(a.method(), b.method());
         assert_eq!(a.validation(), b.validation());
-        assert_eq!(a.validation().len(), 3);
-        assert_eq!(a.validation()[0].method, Method::SeasonalNaive);
+        let names: Vec<&str> = a.validation().iter().map(|c| c.method.name()).collect();
+        assert_eq!(names, ["persistence", "seasonal_naive", "anchored", "holt_winters", "blend"]);
     }
 
     #[test]
     fn observing_values_one_by_one_matches_a_model_built_on_them() {
         let series = synthetic(3, 3);
         let methods = [
+            Method::Persistence,
+            Method::Anchored { share: 0.5, day_weight: 0.5 },
             Method::SeasonalNaive,
             Method::HoltWinters { alpha: 0.3, beta: 0.01, phi: 0.98, gamma_day: 0.1, gamma_week: 0.05 },
             Method::Blend { day_weight: 0.5, alpha: 0.5, phi: 0.9 },
@@ -490,9 +543,41 @@ mod tests {
     }
 
     #[test]
-    fn a_short_history_falls_back_to_seasonal_naive() {
+    fn a_short_history_falls_back_to_persistence() {
         let m = fit(&synthetic(1, 1)[..48], HOUR_S).unwrap();
-        assert_eq!((m.method(), m.validation().len()), (Method::SeasonalNaive, 0));
+        assert_eq!((m.method(), m.validation().len()), (Method::Persistence, 0));
+        assert_eq!(m.forecast(3), vec![synthetic(1, 1)[47]; 3], "the last value, at every step ahead");
+    }
+
+    /// A random walk (each hour the last value plus noise) has no pattern to find: persistence is chosen, and
+    /// nothing chosen on it forecasts worse than persistence the week after.
+    #[test]
+    fn a_random_walk_keeps_persistence() {
+        for seed in 1..=5 {
+            let mut rng = Lcg(seed);
+            let mut y = 200.0;
+            let series: Vec<f64> = (0..6 * 168)
+                .map(|_| {
+                    y = (y + rng.noise(6.0)).max(0.0);
+                    y
+                })
+                .collect();
+            let test_start = series.len() - 168;
+            for h in [1, 3, 6] {
+                let model = fit_for_horizon(&series[..test_start], HOUR_S, h).unwrap();
+                assert_eq!(model.method(), Method::Persistence, "seed {seed} h {h}: {:?}", model.validation());
+            }
+        }
+    }
+
+    #[test]
+    fn anchored_adds_a_share_of_last_periods_change_to_the_last_value() {
+        // Hourly values numbered by their index plus a bump at each day's hour 5: the change over the next 2 h a
+        // day earlier was +1 +1 (index) then the bump's +10.
+        let series: Vec<f64> = (0..72).map(|i| i as f64 + if i % 24 == 5 { 10.0 } else { 0.0 }).collect();
+        let m = Model::new(Method::Anchored { share: 0.5, day_weight: 1.0 }, &series[..52], HOUR_S).unwrap();
+        // Last value 51 (hour 3); a day earlier hour 3 -> hour 5 went from 27 to 39: +12, half of it is +6.
+        assert_eq!(m.forecast(2)[1], 51.0 + 6.0);
     }
 
     #[test]
