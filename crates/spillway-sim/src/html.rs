@@ -227,6 +227,9 @@ fn runs_table(report: &Report) -> String {
          A run that left jobs unfinished (greyed) did less work than the others, so its cost is not compared.</p>\n",
         count(usize::try_from(b.peak_gpus).unwrap_or(usize::MAX))
     ));
+    for k in &report.skipped_policies {
+        t.push_str(&format!("<p class=\"note\">{} not run: {}.</p>\n", esc(&k.policy), esc(&k.why)));
+    }
     t.push_str(DEFINITIONS);
     t.push_str(&team_tier_table(report));
     t

@@ -12,15 +12,28 @@ use spillway_core::{Config, Market};
 /// The policies a report compares, in report order.
 pub const POLICIES: [&str; 5] = ["spillway", "spillway-no-spot", "static-peak", "fixed-only", "on-demand-reactive"];
 
-/// Returns the policies a report on `cfg` compares: [`POLICIES`], plus `spillway-reactive` (the same config with
-/// predictive scaling off) right after `spillway-no-spot` when a pool acts on a forecast.
+/// Returns the policies a report on `cfg` compares: [`POLICIES`] but those [`skipped_for`] names, plus
+/// `spillway-reactive` (the same config with predictive scaling off) right after `spillway-no-spot` when a pool
+/// acts on a forecast.
 pub fn policies_for(cfg: &Config) -> Vec<&'static str> {
-    let mut v = POLICIES.to_vec();
+    let skipped = skipped_for(cfg);
+    let mut v: Vec<&'static str> = POLICIES.into_iter().filter(|p| !skipped.iter().any(|(s, _)| s == p)).collect();
     let predictive = cfg.pools.iter().any(|p| p.predictive.as_ref().is_some_and(|x| x.mode == PredictiveMode::Act));
     if predictive {
         v.insert(2, "spillway-reactive");
     }
     v
+}
+
+/// Returns the references of [`POLICIES`] that make no sense on `cfg`, each with why: on a cloud-only config
+/// (no fixed pool) there is no owned capacity to keep (`fixed-only`) or to grow to the peak (`static-peak`: no
+/// owned node's size or price to grow it with).
+pub fn skipped_for(cfg: &Config) -> Vec<(&'static str, &'static str)> {
+    if cfg.pools.iter().any(|p| p.market == Market::Fixed) {
+        return Vec::new();
+    }
+    let why = "the config has no fixed pool (no owned capacity to keep or grow)";
+    vec![("static-peak", why), ("fixed-only", why)]
 }
 
 /// Returns the config that runs `policy` on the same input and fixed pool, or `None` for an unknown name.

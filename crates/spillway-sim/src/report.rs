@@ -146,6 +146,16 @@ pub struct Report {
     pub spot: SpotReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predictive: Option<PredictiveReport>,
+    /// References not run on this config, with why (see `policies::skipped_for`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped_policies: Vec<SkippedPolicy>,
+}
+
+/// A reference a report left out, and why.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct SkippedPolicy {
+    pub policy: String,
+    pub why: String,
 }
 
 /// A table of samples over time. The first column is `time_s` (seconds from the start of the trace); the others

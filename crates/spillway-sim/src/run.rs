@@ -37,8 +37,19 @@ pub fn compare(
     mut progress: impl FnMut(&str),
 ) -> Result<Comparison, SimError> {
     let bound = bound(cfg, jobs);
-    let mut report =
-        Report { seed: opts.seed, input, runs: Vec::new(), bound, spot: Default::default(), predictive: None };
+    let mut report = Report {
+        seed: opts.seed,
+        input,
+        runs: Vec::new(),
+        bound,
+        spot: Default::default(),
+        predictive: None,
+        skipped_policies: Vec::new(),
+    };
+    report.skipped_policies = crate::policies::skipped_for(cfg)
+        .into_iter()
+        .map(|(p, why)| crate::report::SkippedPolicy { policy: p.to_string(), why: why.to_string() })
+        .collect();
     let mut main: Option<(SimOutcome, Config)> = None;
     let mut others = BTreeMap::new();
     for policy in policies_for(cfg) {
@@ -332,21 +343,28 @@ pub fn summary_table(report: &Report) -> String {
     s += &format!(
         "{:<22} {:>12.0} {:>8.2} {:>11.0} {:>11.0} {:>11.0}\n",
         "instant-overflow bound",
-        b.cost_usd,
+        b.cost_usd.max(0.0),
         1.0,
-        b.cost_by_market.fixed,
-        b.cost_by_market.on_demand,
-        b.cost_by_market.spot
+        // A cost is never below 0: a rounding residue just under it would print as `-0`.
+        b.cost_by_market.fixed.max(0.0),
+        b.cost_by_market.on_demand.max(0.0),
+        b.cost_by_market.spot.max(0.0)
     );
     if report.runs.iter().any(|r| report.comparable(r) && r.cost_vs_bound > 0.0 && r.cost_vs_bound < 1.0) {
         s += "+ below the bound, which starts every job at submission: it paid less by making jobs wait\n";
     }
     for r in report.runs.iter().filter(|r| !report.comparable(r)) {
+        // Submitted jobs it did not complete were either still queued or running at the end, or never ran (refused,
+        // or failed for good).
+        let never = r.jobs_submitted.saturating_sub(r.jobs_completed + r.jobs_unfinished);
         s += &format!(
-            "* {} completed {} of {} jobs ({} unfinished when the run ended): it did less work, so its cost is not \
-             comparable\n",
+            "* {} completed {} of {} jobs ({} unfinished when the run ended, {never} refused or failed): it did less \
+             work, so its cost is not comparable\n",
             r.policy, r.jobs_completed, r.jobs_submitted, r.jobs_unfinished
         );
+    }
+    for k in &report.skipped_policies {
+        s += &format!("- {} not run: {}\n", k.policy, k.why);
     }
     if let Some(r) = report.runs.iter().find(|r| r.policy == "spillway") {
         s += &format!(

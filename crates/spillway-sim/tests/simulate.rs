@@ -221,3 +221,28 @@ fn a_tier_that_can_never_get_capacity_ends_the_run_with_its_jobs_unfinished() {
     assert_eq!(spillway.jobs_unfinished, p2, "p2's jobs are reported unfinished, and the run ends");
     assert!(!out.report.comparable(spillway));
 }
+
+/// A cloud-only team's config (no fixed pool) simulates: the references that keep or grow owned capacity are not
+/// run and the report says why, and every run that is made completes every job.
+#[test]
+fn a_cloud_only_config_skips_the_owned_references_and_says_why() {
+    let mut cfg = hybrid();
+    cfg.pools.retain(|p| p.market != spillway_core::Market::Fixed);
+    for t in &mut cfg.tiers {
+        t.markets.retain(|m| *m != spillway_core::Market::Fixed);
+    }
+    let jobs = bursty_day(&cfg);
+    let cmp = run(&cfg, &jobs, 3);
+    let ran: Vec<&str> = cmp.report.runs.iter().map(|r| r.policy.as_str()).collect();
+    assert!(!ran.contains(&"static-peak") && !ran.contains(&"fixed-only"), "{ran:?}");
+    assert!(ran.contains(&"spillway") && ran.contains(&"on-demand-reactive"), "{ran:?}");
+    let skipped: Vec<&str> = cmp.report.skipped_policies.iter().map(|k| k.policy.as_str()).collect();
+    assert_eq!(skipped, ["static-peak", "fixed-only"]);
+    let text = spillway_sim::run::summary_table(&cmp.report);
+    assert!(text.contains("static-peak not run: the config has no fixed pool"), "{text}");
+    for r in &cmp.report.runs {
+        assert_eq!((r.jobs_completed, r.jobs_unfinished), (jobs.len(), 0), "{}", r.policy);
+    }
+    // A hybrid config runs every reference and skips none.
+    assert!(run(&hybrid(), &bursty_day(&hybrid()), 3).report.skipped_policies.is_empty());
+}
