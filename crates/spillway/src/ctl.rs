@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
 pub enum CtlCommand {
-    /// Submit a job (a TOML job file with the fields of the API's JobSubmit, flags override it); prints its id.
+    /// Submit a job (a TOML job file with the fields of the API's JobSubmit, flags override it); prints
+    /// `submitted job ID (tier, team)`, or the job as JSON with -o json.
     Submit(SubmitArgs),
     /// List, show, cancel jobs and read their logs.
     Jobs {
@@ -341,7 +342,10 @@ pub fn build_submit(args: &SubmitArgs, file: JobFile) -> Result<JobSubmit> {
         argv,
         env,
         // Relative paths in the command mean what they mean where it was typed (Slurm's default too).
-        workdir: args.workdir.clone().or(file.workdir).or_else(submit_dir),
+        workdir: match args.workdir.clone().or(file.workdir) {
+            Some(dir) => Some(dir),
+            None => Some(submit_dir()?),
+        },
         gpu_model: args.gpu_model.clone().or(file.gpu_model),
         interruptible: args.interruptible.or(file.interruptible),
         checkpoint_interval_s: args.checkpoint_interval_s.or(file.checkpoint_interval_s),
@@ -350,10 +354,14 @@ pub fn build_submit(args: &SubmitArgs, file: JobFile) -> Result<JobSubmit> {
     })
 }
 
-/// Returns the directory `submit` runs in, as a job's default workdir (`None` when it is gone or not UTF-8: the
-/// daemon then picks).
-fn submit_dir() -> Option<String> {
-    std::env::current_dir().ok().and_then(|d| d.to_str().map(String::from))
+/// Returns the directory `submit` runs in, as a job's default workdir; an error when it is gone or its path is
+/// not UTF-8 (the job would otherwise start somewhere the user did not mean).
+fn submit_dir() -> Result<String> {
+    let dir = std::env::current_dir()
+        .map_err(|e| anyhow::anyhow!("the current directory cannot be read ({e}); pass --workdir"))?;
+    dir.to_str()
+        .map(String::from)
+        .ok_or_else(|| anyhow::anyhow!("the current directory {} is not UTF-8; pass --workdir", dir.display()))
 }
 
 /// Runs one daemon command; errors carry their exit code as a [`CliError`].

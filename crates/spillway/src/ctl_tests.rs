@@ -230,7 +230,20 @@ fn cost_windows_take_times_epochs_and_ages() {
     assert_eq!(parse_time("2026-12-02T05:40:00Z"), Some(1_796_190_000.0));
     assert_eq!(parse_time(&fmt_time(1_796_190_000.5)), Some(1_796_190_000.0), "what the tables print reads back");
     assert_eq!(parse_time("2024-02-29T23:59:59.5Z"), Some(1_709_251_199.5), "a leap day");
-    for bad in ["2026-13-02T05:40:00Z", "2026-12-02T05:40:00", "2026-12-02", "yesterday", "2026-12-02T25:00:00Z"] {
+    assert_eq!(parse_time("2026-12-02T06:40:00+01:00"), Some(1_796_190_000.0), "an offset");
+    assert_eq!(parse_time("2026-12-02T00:40:00-05:00"), Some(1_796_190_000.0));
+    for bad in [
+        "2026-13-02T05:40:00Z",
+        "2026-12-02T05:40:00",
+        "2026-12-02",
+        "yesterday",
+        "2026-12-02T25:00:00Z",
+        "2026-02-30T00:00:00Z",
+        "2025-02-29T00:00:00Z",
+        "2026-04-31T00:00:00Z",
+        "0000-01-01T00:00:00Z",
+        "99999-01-01T00:00:00Z",
+    ] {
         assert_eq!(parse_time(bad), None, "{bad}");
     }
     let now = now();

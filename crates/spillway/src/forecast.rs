@@ -28,22 +28,13 @@ pub struct Args {
     out: PathBuf,
 }
 
-/// Returns the seconds a duration such as `90s`, `10m`, `1h`, `1d` or `600` names.
+/// Returns the seconds a duration such as `90s`, `10m`, `1h30m`, `1d` or `600` names (the config's duration
+/// style), if it is positive.
 fn parse_duration(s: &str) -> Result<f64, String> {
-    let (num, unit) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c),
-        _ => (s, 's'),
-    };
-    let scale = match unit {
-        's' => 1.0,
-        'm' => 60.0,
-        'h' => 3600.0,
-        'd' => 86_400.0,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use s, m, h or d)")),
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
-        _ => Err(format!("`{s}` is not a positive duration such as 10m or 1h")),
+    match spillway_core::config::parse_duration(s) {
+        Ok(v) if v > 0.0 => Ok(v),
+        Ok(_) => Err(format!("`{s}` is not a positive duration such as 10m or 1h")),
+        Err(e) => Err(e),
     }
 }
 
@@ -55,8 +46,17 @@ const RISE: f64 = 1.10;
 pub fn run(args: Args) -> Result<()> {
     let series = demand::load(&args.series, &args.column)?;
     let bucket_s = args.bucket;
+    if let Some(i) = series.values.iter().position(|v| *v < 0.0) {
+        bail!(
+            "{}: value {} of `{}` is {}: demand cannot be negative",
+            series.source,
+            i + 1,
+            series.column,
+            series.values[i]
+        );
+    }
     let values = forecast::aggregate(&series.values, series.step_s(), bucket_s)?;
-    let day = forecast::steps_per_day(bucket_s)?;
+    let day = forecast::steps_per_day(bucket_s).context("--bucket")?;
     let week = day * 7;
     let steps = |horizon_s: f64| -> Result<usize> {
         let h = (horizon_s / bucket_s).round() as usize;
@@ -103,6 +103,12 @@ pub fn run(args: Args) -> Result<()> {
         let fitted = forecast::fit_for_horizon(&values[..test_start], bucket_s, hs)
             .context("fitting on the data before the last week")?;
         let rows = score_horizon(&values, bucket_s, test_start, hs, &fitted)?;
+        if fitted.validation().is_empty() {
+            println!(
+                "  {:<8} (too little training history to validate other methods this far ahead: persistence)",
+                duration_label(horizon_s)
+            );
+        }
         for row in &rows {
             println!(
                 "  {:<8} {:<16} {:>8} {:>9.3} {:>13} {:>13} {:>7}",
@@ -295,6 +301,7 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(parse_duration(text), want, "{text}");
         }
+        assert_eq!(parse_duration("1h30m"), Ok(5400.0));
         for bad in ["", "h", "0m", "-1h", "5w"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }

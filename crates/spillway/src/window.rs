@@ -31,18 +31,27 @@ pub fn instant(s: &str) -> anyhow::Result<String> {
     }
 }
 
-/// Returns the epoch seconds of an RFC 3339 UTC time `YYYY-MM-DDTHH:MM:SS[.fff]Z` (the form [`crate::ctl::fmt_time`] prints),
-/// or `None`.
+/// Returns the epoch seconds of an RFC 3339 time `YYYY-MM-DDTHH:MM:SS[.fff]` with `Z` or an offset `±HH:MM` (the
+/// tables print the `Z` form, [`crate::ctl::fmt_time`]), or `None`; a date that does not exist (Feb 30) is `None`.
 pub fn parse_time(s: &str) -> Option<f64> {
-    let s = s.trim().strip_suffix('Z').or_else(|| s.trim().strip_suffix("+00:00"))?;
-    let (date, time) = s.split_once(['T', ' '])?;
-    let num = |t: &str| -> Option<i64> { t.chars().all(|c| c.is_ascii_digit()).then(|| t.parse().ok()).flatten() };
+    let s = s.trim();
+    let (s, offset_s) = match s.strip_suffix(['Z', 'z']) {
+        Some(rest) => (rest, 0),
+        None => split_offset(s)?,
+    };
+    let (date, time) = s.split_once(['T', 't', ' '])?;
+    let num = |t: &str| -> Option<i64> {
+        (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit())).then(|| t.parse().ok()).flatten()
+    };
     let mut d = date.splitn(3, '-').map(num);
     let (y, m, day) = (d.next()??, d.next()??, d.next()??);
     let mut t = time.splitn(3, ':');
     let (hh, mm) = (num(t.next()?)?, num(t.next()?)?);
     let sec: f64 = t.next()?.parse().ok().filter(|x: &f64| (0.0..61.0).contains(x))?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 {
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let days_in = usize::try_from(m - 1).ok().and_then(|i| month_days.get(i).copied())?;
+    if !(1970..=9999).contains(&y) || !(1..=days_in).contains(&day) || hh > 23 || mm > 59 {
         return None;
     }
     // Days-from-civil (Howard Hinnant's algorithm), the inverse of `ctl::fmt_time`'s.
@@ -52,5 +61,19 @@ pub fn parse_time(s: &str) -> Option<f64> {
     let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + hh * 3600 + mm * 60) as f64 + sec)
+    Some((days * 86_400 + hh * 3600 + mm * 60 - offset_s) as f64 + sec)
+}
+
+/// Splits a trailing `±HH:MM` offset off `s`; returns the rest and the offset in seconds.
+fn split_offset(s: &str) -> Option<(&str, i64)> {
+    let at = s.len().checked_sub(6)?;
+    let (rest, off) = (s.get(..at)?, s.get(at..)?);
+    let sign = match off.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let (h, m) = off.get(1..)?.split_once(':')?;
+    let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
+    (h <= 23 && m <= 59 && h.to_string().len() <= 2).then_some((rest, sign * (h * 3600 + m * 60)))
 }
