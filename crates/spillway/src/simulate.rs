@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, default_value_t = 2000)]
     jobs: usize,
     /// Days of the synthetic workload.
-    #[arg(long, default_value_t = 7.0)]
+    #[arg(long, default_value_t = 7.0, value_parser = parse_days)]
     days: f64,
     /// Seed of the synthetic workload and of every random draw (boot times, interruptions): a run reproduces
     /// from it.
@@ -183,4 +183,12 @@ fn say(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Parses `--days`: a number of days above 0 and at most ten years (the generator has no meaning for others).
+fn parse_days(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(d) if d.is_finite() && d > 0.0 && d <= 3650.0 => Ok(d),
+        _ => Err(format!("`{s}` is not a number of days above 0 and at most 3650")),
+    }
 }

@@ -177,7 +177,9 @@ impl Bursty {
         }
 
         let jobs = into_jobs(drafts, span, 6);
-        let source = format!("bursty workload: {} jobs over {} days, seed {}", n, span / DAY, self.seed);
+        let days = span / DAY;
+        let unit = if days == 1.0 { "day" } else { "days" };
+        let source = format!("bursty workload: {n} jobs over {days} {unit}, seed {}", self.seed);
         Trace { source, jobs, skipped: Vec::new() }
     }
 }
