@@ -369,7 +369,8 @@ pub fn summary_table(report: &Report) -> String {
     if let Some(r) = report.runs.iter().find(|r| r.policy == "spillway") {
         s += &format!(
             "\nspot: saved {:.0} USD ({:.1}%) against spillway-no-spot (the instant-overflow bound saves {:.1}% with spot)\n\
-             spillway run: {} spot interruption notices ({} acted on), {} fallbacks, {} deadline misses, {} preemptions; \
+             spillway run: {} spot interruption notices (nodes; {} job stops on them, requeued), {} fallbacks, \
+             {} deadline misses, {} preemptions; \
              {:.1} GPU-hours of work redone after stops (interruptions, preemptions, lost nodes)\n",
             report.spot.saved_usd,
             report.spot.saved_fraction * 100.0,
