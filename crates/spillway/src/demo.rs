@@ -42,7 +42,8 @@ impl Api {
 }
 
 /// Prints the daemon's decisions as they are made (all but the pending notes, which repeat), one line each with
-/// its UTC time, until the daemon stops answering: what `spillway up` shows in its terminal.
+/// its UTC time, until the daemon stops answering: what `spillway up` shows in its terminal. Decisions from
+/// before this start (a restarted daemon's history) are passed over, not printed again.
 pub fn stream(url: &str, token: &str) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -51,10 +52,17 @@ pub fn stream(url: &str, token: &str) {
         .into();
     let api = Api { url: url.into(), token: token.into(), agent };
     let mut seen = 0u64;
+    // A little before now: the daemon's first decisions may come before this stream's first look.
+    let from = crate::ctl::now() - 5.0;
+    let mut full = false;
     loop {
-        std::thread::sleep(Duration::from_secs(1));
+        if !full {
+            std::thread::sleep(Duration::from_secs(1));
+        }
         let Ok(events) = api.get::<Vec<EventView>>(&format!("/v1/events?limit=1000&cursor={seen}")) else { return };
-        for e in events.iter().filter(|e| e.seq >= seen) {
+        // A full page means more are waiting (a long history): read on at once.
+        full = events.len() >= 1000;
+        for e in events.iter().filter(|e| e.seq >= seen && e.at >= from) {
             if e.kind != "job_pending" {
                 let at = crate::ctl::fmt_time(e.at);
                 println!("{at}  {:<17} {:<10} {:<20} {}", e.kind, e.subject, e.reason, e.detail);
