@@ -359,14 +359,14 @@ impl Engine {
                 j.state = if success { JobState::Succeeded } else { JobState::Failed };
                 j.ended = Some(now);
                 j.exit = exit;
-                let ran = crate::time::fmt_ms(j.attempt_start.map_or(0, |s| now - s));
+                let ran = j.attempt_start.map_or(0, |s| now - s);
                 let how = exit.map_or(String::new(), |x| format!(" with {x}"));
                 let reason = if success { "succeeded" } else { "failed" };
                 self.record(
                     DecisionKind::JobFinished,
                     || job_subject(job),
                     reason,
-                    || format!("attempt {attempt} exited{how} after {ran}"),
+                    || format!("attempt {attempt} exited{how} after {}", crate::time::fmt_ms(ran)),
                 );
             }
             Event::AttemptLost { job, attempt } => {

@@ -1,7 +1,7 @@
 //! What goes into the engine (events), what comes out (actions), and the record of every decision.
 
 use crate::model::{Exit, JobId, NodeId, PendingReason};
-use crate::time::{Millis, Time};
+use crate::time::Time;
 use serde::{Deserialize, Serialize};
 
 /// Why a provider could not launch a node.
@@ -260,9 +260,4 @@ impl Decision {
 /// Returns the subject string of a job.
 pub fn job_subject(job: JobId) -> String {
     format!("job:{}", job.0)
-}
-
-/// Returns `ms` for messages, in the one duration style ([`crate::time::fmt_duration`]).
-pub fn secs_text(ms: Millis) -> String {
-    crate::time::fmt_ms(ms)
 }

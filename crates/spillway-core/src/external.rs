@@ -172,14 +172,14 @@ impl Engine {
             return Err(EventError::BadNodeRequest { name: name.into(), why: "no live node has this name".into() });
         };
         let n = &self.c.nodes[id.0 as usize];
-        let up = crate::time::fmt_ms((self.now - n.requested_at).max(0));
+        let up = (self.now - n.requested_at).max(0);
         self.c.node_end(id, NodeState::Terminated, self.now);
         self.actions.push_back(Action::Terminate { node: id });
         self.record(
             DecisionKind::ScaleIn,
             || format!("node:{}", id.0),
             "scheduler_release",
-            || format!("the scheduler released {name} after {up}"),
+            || format!("the scheduler released {name} after {}", crate::time::fmt_ms(up)),
         );
         Ok(())
     }

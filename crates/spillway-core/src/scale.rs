@@ -297,14 +297,14 @@ impl Engine {
             self.c.counters.scale_actions += 1;
             self.c.pools[p].last_scale_in = Some(now);
             let name = self.cfg.pools[p].name.clone();
-            let idle = crate::time::fmt_ms(remove.iter().map(|&(_, i)| i).min().unwrap_or(0));
+            let idle = remove.iter().map(|&(_, i)| i).min().unwrap_or(0);
             self.record(
                 DecisionKind::ScaleIn,
                 || format!("pool:{name}"),
                 "idle_timeout",
                 || {
                     let ids = crate::engine::node_list(remove.iter().map(|&(n, _)| n));
-                    format!("remove node(s) {ids}, idle for at least {idle}")
+                    format!("remove node(s) {ids}, idle for at least {}", crate::time::fmt_ms(idle))
                 },
             );
         }

@@ -166,7 +166,8 @@ impl Engine {
     fn apply_scale_out(&mut self, plan: ScalePlan) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
         for &id in &plan.fallbacks {
             self.c.counters.fallbacks += 1;
-            let why = self.fallback_why(id, &plan.not_grown);
+            // Built only when decisions are recorded: `record` cannot take a closure that borrows the engine.
+            let why = if self.record { self.fallback_why(id, &plan.not_grown) } else { String::new() };
             self.record(DecisionKind::Fallback, || crate::event::job_subject(id), "spot_unavailable_or_share", || why);
         }
         for (p, types) in plan.launches {

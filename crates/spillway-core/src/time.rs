@@ -34,6 +34,31 @@ pub fn fmt_duration(secs: f64) -> String {
     }
 }
 
+/// Returns the days from 1970-01-01 to a proleptic Gregorian date. Years are counted from March, so the leap
+/// day ends a year, and a 400-year era holds exactly 146,097 days.
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    // 719,468 days from 0000-03-01 to 1970-01-01.
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// Returns the date of a day count from 1970-01-01: the inverse of [`days_from_civil`].
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let d = day_of_year - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (year_of_era + era * 400 + i64::from(m <= 2), m, d)
+}
+
 /// Returns a millisecond duration in the style of [`fmt_duration`].
 pub fn fmt_ms(ms: Millis) -> String {
     fmt_duration(to_secs(ms))

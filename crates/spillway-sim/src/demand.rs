@@ -3,7 +3,7 @@
 //! `running_gpu_num`, `pending_gpu_num`, `total_gpu_num`), the input of forecasting and metric-driven scaling.
 //! Times are `YYYY-MM-DD HH:MM:SS` (or with a `T`), read as UTC: the files name no zone.
 
-use spillway_core::time::Time;
+use spillway_core::time::{Time, civil_from_days, days_from_civil};
 use std::path::Path;
 
 const MS_PER_DAY: i64 = 86_400_000;
@@ -161,31 +161,6 @@ pub fn format_time(t: Time) -> String {
     let (y, mo, d) = civil_from_days(days);
     let s = ms / 1000;
     format!("{y:04}-{mo:02}-{d:02} {:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-}
-
-/// Returns the days from 1970-01-01 to a proleptic Gregorian date. Years are counted from March, so the leap
-/// day ends a year, and a 400-year era holds exactly 146,097 days.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let day_of_year = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    // 719,468 days from 0000-03-01 to 1970-01-01.
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// Returns the date of a day count from 1970-01-01: the inverse of [`days_from_civil`].
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let d = day_of_year - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (year_of_era + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! ten-digit epoch seconds, or ages counted back from now in the config's duration style.
 
 use crate::ctl::now;
+use spillway_core::time::{civil_from_days, days_from_civil};
 
 /// Returns an instant for the cost window as seconds since the epoch, from an RFC 3339 UTC time as the tables
 /// print it (`2026-12-02T05:40:00Z`), seconds since the epoch, or an age counted back from now (`90s`, `30m`,
@@ -48,19 +49,14 @@ pub fn parse_time(s: &str) -> Option<f64> {
     let mut t = time.splitn(3, ':');
     let (hh, mm) = (num(t.next()?)?, num(t.next()?)?);
     let sec: f64 = t.next()?.parse().ok().filter(|x: &f64| (0.0..61.0).contains(x))?;
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-    let days_in = usize::try_from(m - 1).ok().and_then(|i| month_days.get(i).copied())?;
-    if !(1970..=9999).contains(&y) || !(1..=days_in).contains(&day) || hh > 23 || mm > 59 {
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 {
         return None;
     }
-    // Days-from-civil (Howard Hinnant's algorithm), the inverse of `ctl::fmt_time`'s.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = days_from_civil(y, m, day);
+    // A day past the month's end (Feb 30) lands in the next month; the round trip catches it.
+    if civil_from_days(days) != (y, m, day) {
+        return None;
+    }
     Some((days * 86_400 + hh * 3600 + mm * 60 - offset_s) as f64 + sec)
 }
 

@@ -98,15 +98,13 @@ impl Walk<'_> {
                 }
                 true
             }
-            (Kind::Secs, DeValue::Integer(n)) => {
-                let within = n.as_str().parse::<f64>().map(|x| super::secs::within(x, n.as_str()));
-                if let Ok(Err(e)) = within {
-                    errs.push(self.err(at, path, e));
-                }
-                true
-            }
-            (Kind::Secs, DeValue::Float(x)) => {
-                if let Ok(Err(e)) = x.as_str().parse::<f64>().map(|v| super::secs::within(v, x.as_str())) {
+            (Kind::Secs, DeValue::Integer(_) | DeValue::Float(_)) => {
+                let written = match got {
+                    DeValue::Integer(n) => n.as_str(),
+                    DeValue::Float(x) => x.as_str(),
+                    _ => "",
+                };
+                if let Ok(Err(e)) = written.parse::<f64>().map(|v| super::secs::within(v, written)) {
                     errs.push(self.err(at, path, e));
                 }
                 true
