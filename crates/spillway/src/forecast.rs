@@ -153,6 +153,7 @@ fn score_horizon(
     let actual = &values[test_start..];
     let rising: Vec<usize> = (0..actual.len()).filter(|&i| actual[i] > RISE * values[test_start + i - h]).collect();
     let pick = |v: &[f64]| -> Vec<f64> { rising.iter().map(|&i| v[i]).collect() };
+    let rising_actual = pick(actual);
     let mut methods: Vec<Method> = vec![Method::Persistence, Method::SeasonalNaive];
     for m in fitted.validation().iter().map(|c| c.method).chain([fitted.method()]) {
         if !methods.contains(&m) {
@@ -162,12 +163,12 @@ fn score_horizon(
     let mut out = Vec::new();
     for m in methods {
         let f = forecast::rolling(m, values, bucket_s, test_start, h)?;
-        let (ra, rf) = (pick(actual), pick(&f));
+        let rf = pick(&f);
         out.push(Scored {
             name: m.name(),
             chosen: m == fitted.method(),
             all: (forecast::mape(actual, &f), forecast::rmse(actual, &f).unwrap_or(f64::NAN)),
-            rising: (forecast::mape(&ra, &rf), forecast::rmse(&ra, &rf)),
+            rising: (forecast::mape(&rising_actual, &rf), forecast::rmse(&rising_actual, &rf)),
             forecasts: f,
         });
     }
