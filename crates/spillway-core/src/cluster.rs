@@ -73,6 +73,9 @@ pub struct Cluster {
     pub interrupted: BTreeMap<(usize, usize), Vec<Time>>,
     /// Per (pool, instance type): (interruptions, node-milliseconds run) over the whole run, for risk estimates.
     pub offering_history: BTreeMap<(usize, usize), (u64, i64)>,
+    /// Run times of succeeded jobs per team and tier: what sizes a job without a declared duration for its
+    /// waiting budget.
+    pub runs: crate::wait_budget::RunHistory,
 }
 
 impl Cluster {
@@ -90,6 +93,7 @@ impl Cluster {
             backoff: BTreeMap::new(),
             interrupted: BTreeMap::new(),
             offering_history: BTreeMap::new(),
+            runs: Default::default(),
         };
         for t in &cfg.teams {
             c.team(&t.name, t.quota_gpus, t.weight);

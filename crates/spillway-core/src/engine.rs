@@ -360,6 +360,11 @@ impl Engine {
                 j.ended = Some(now);
                 j.exit = exit;
                 let ran = j.attempt_start.map_or(0, |s| now - s);
+                if success {
+                    // Work done over all attempts: saved work of earlier ones plus this whole attempt.
+                    let (team, tier, work) = (j.team, j.tier, j.saved_work_ms.saturating_add(ran.max(0)));
+                    self.c.runs.record(team, tier, work);
+                }
                 let how = exit.map_or(String::new(), |x| format!(" with {x}"));
                 let reason = if success { "succeeded" } else { "failed" };
                 self.record(

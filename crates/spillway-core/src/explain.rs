@@ -102,12 +102,14 @@ impl Engine {
                 return out;
             }
             PendingReason::WaitingForFixedCapacity => {
+                let b = crate::budget_place::wait_budget_of(&self.c, &self.cfg, j);
                 let text = format!(
-                    "tier {} waits up to {} for owned capacity before buying cloud capacity (waiting {waited})",
+                    "tier {} waits up to {} for owned capacity before buying cloud capacity{} (waiting {waited})",
                     tier.name,
-                    crate::time::fmt_duration(tier.burst_after_s)
+                    crate::time::fmt_ms(b.wait_ms),
+                    budget_words(tier, &b)
                 );
-                let burst_at = j.queued_since + secs(tier.burst_after_s.min(1e12));
+                let burst_at = j.queued_since.saturating_add(b.wait_ms);
                 out.push(Reason::new("tier_slo", text).until(Some(burst_at)));
             }
             p => out.push(Reason::new(p.code(), format!("{} (waiting {waited})", pending_words(p)))),
@@ -309,4 +311,27 @@ fn pending_words(p: PendingReason) -> &'static str {
         }
         PendingReason::Checkpointing => "its last attempt is writing a checkpoint; replacement capacity is coming",
     }
+}
+
+/// Says how a waiting budget that grows with size was worked out (empty for a fixed wait).
+fn budget_words(tier: &crate::config::Tier, b: &crate::wait_budget::Budget) -> String {
+    use crate::wait_budget::DurationSource;
+    let from = match b.source {
+        DurationSource::Unused => return String::new(),
+        DurationSource::Declared => "its declared duration".to_string(),
+        DurationSource::TeamHistory(n) => format!("its team's mean run time over {n} succeeded job(s) of the tier"),
+        DurationSource::Assumed => "an assumed 1h run (no declared duration, no team history)".to_string(),
+    };
+    let uncapped = tier.burst_after_s + tier.burst_wait_per_gpu_hour_s * b.gpu_hours;
+    let cap = if uncapped > tier.burst_wait_max_s {
+        format!(", capped at {} (burst_wait_max_s)", crate::time::fmt_duration(tier.burst_wait_max_s))
+    } else {
+        String::new()
+    };
+    format!(
+        ": {} + {} per GPU-hour x {:.1} GPU-hours from {from}{cap}",
+        crate::time::fmt_duration(tier.burst_after_s),
+        crate::time::fmt_duration(tier.burst_wait_per_gpu_hour_s),
+        b.gpu_hours
+    )
 }

@@ -6,6 +6,7 @@ mod access;
 mod at_risk;
 pub mod autoscale;
 mod budget;
+mod budget_place;
 pub mod cluster;
 pub mod config;
 pub mod engine;
@@ -29,6 +30,7 @@ mod schedule;
 mod shape;
 mod state;
 pub mod time;
+pub mod wait_budget;
 mod window;
 
 pub use budget::BudgetStatus;

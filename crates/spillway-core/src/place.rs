@@ -70,15 +70,22 @@ pub(crate) fn place(
 }
 
 /// A pool's ready nodes with free GPUs, by (free GPUs, node): the cluster's own index, edited in place.
+/// `admit`, when set, says which nodes the job may use at all (a job inside its waiting budget: see
+/// `budget_place`); others are passed over.
 pub(crate) struct ReadyGpus<'c> {
     pub free: &'c mut BTreeSet<(u32, NodeId)>,
     pub nodes: &'c [Node],
+    pub admit: Option<&'c dyn Fn(&Node) -> bool>,
 }
 
 impl FreeGpus for ReadyGpus<'_> {
     fn best_fit(&self, g: u32, model: Option<&str>) -> Option<(u32, Slot)> {
         let nodes = self.nodes;
-        let fits = |&&(_, n): &&(u32, NodeId)| model_fits(model, &nodes[n.0 as usize].gpu_model);
+        let admit = self.admit;
+        let fits = |&&(_, n): &&(u32, NodeId)| {
+            let node = &nodes[n.0 as usize];
+            model_fits(model, &node.gpu_model) && admit.is_none_or(|a| a(node))
+        };
         self.free.range((g, NodeId(0))..).find(fits).map(|&(f, n)| (f, Slot::Ready(n)))
     }
 
@@ -222,7 +229,7 @@ mod tests {
     fn each_worker_takes_the_fullest_node_that_holds_it() {
         let nodes = vec![node(0, 8, 0, "a100"), node(1, 8, 6, "a100"), node(2, 8, 4, "a100")];
         let mut free = index(&nodes);
-        let got = place(&mut ReadyGpus { free: &mut free, nodes: &nodes }, 2, 3, None, false);
+        let got = place(&mut ReadyGpus { free: &mut free, nodes: &nodes, admit: None }, 2, 3, None, false);
         // 2 free on node 1, then 4 on node 2 (twice), never the empty node 0.
         let slots: Vec<Slot> = got.iter().map(|&(s, _)| s).collect();
         assert_eq!(slots, vec![Slot::Ready(NodeId(1)), Slot::Ready(NodeId(2)), Slot::Ready(NodeId(2))]);
@@ -233,7 +240,7 @@ mod tests {
     fn a_gang_that_does_not_fit_takes_nothing_and_says_how_many_fit() {
         let nodes = vec![node(0, 8, 0, "a100"), node(1, 8, 0, "h100")];
         let mut free = index(&nodes);
-        let got = place(&mut ReadyGpus { free: &mut free, nodes: &nodes }, 8, 2, Some("a100"), true);
+        let got = place(&mut ReadyGpus { free: &mut free, nodes: &nodes, admit: None }, 8, 2, Some("a100"), true);
         assert_eq!(got.len(), 1);
         assert_eq!(free, index(&nodes));
     }
@@ -283,7 +290,7 @@ mod tests {
             for _ in 0..12 {
                 let (g, w, keep) = (1 + next(8) as u32, 1 + next(4) as u32, next(3) > 0);
                 let model = [None, Some("a100"), Some("h100")][next(3) as usize];
-                let a = place(&mut ReadyGpus { free: &mut real, nodes: &nodes }, g, w, model, keep);
+                let a = place(&mut ReadyGpus { free: &mut real, nodes: &nodes, admit: None }, g, w, model, keep);
                 let b = place(&mut fork, g, w, model, keep);
                 assert_eq!(a, b, "g={g} w={w} model={model:?} keep={keep}");
                 let listed: BTreeSet<(u32, Slot)> = real.iter().map(|&(g, n)| (g, Slot::Ready(n))).collect();
@@ -334,7 +341,7 @@ mod tests {
         let none = BTreeSet::new();
         let mut fork = Fork::new(&base, &nodes, &none);
         for (g, w, m) in [(1, 3, None), (4, 2, Some("a100")), (2, 5, None), (8, 1, Some("h100")), (3, 2, None)] {
-            let a = place(&mut ReadyGpus { free: &mut real, nodes: &nodes }, g, w, m, true);
+            let a = place(&mut ReadyGpus { free: &mut real, nodes: &nodes, admit: None }, g, w, m, true);
             let b = place(&mut fork, g, w, m, true);
             assert_eq!(a, b, "g={g} w={w}");
         }

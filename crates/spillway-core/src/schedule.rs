@@ -59,6 +59,8 @@ struct PassEnd {
     due_without_victims: Option<u32>,
     first_hold: Option<usize>,
     last_start: Option<usize>,
+    /// A job inside its budget may have room on a cloud node a later job of the pass started on.
+    budget_room: bool,
 }
 
 /// One walk over the queue in progress: the limits it works within, what it learnt (shapes without room, when
@@ -69,17 +71,24 @@ struct Pass<'a> {
     now: Time,
     /// Remember shapes that found no room (off only for the exactness tests).
     remember: bool,
+
     /// Per pool: whether it could launch a node now. A blocked job that may use one goes to the autoscaler under
     /// the large cap, one that may use none under the small cap (it can only wait or preempt).
     grows: Vec<bool>,
-    /// Per tier: how long a new job waits for fixed capacity before it may buy cloud capacity.
-    burst_after: Vec<Time>,
     /// Per tier and access: when after entering the queue a job may preempt (see `preemption_offset`).
     due_offsets: Vec<Option<Option<Time>>>,
     /// Per tier and access: whether such a job may use a pool that can launch a node now.
     buys: Vec<Option<bool>>,
     /// Shapes that found no placement, or no victims, in this pass (see `shape`).
     no_room: Failed,
+    /// Shapes that found no room inside their waiting budget, with the earliest expected end that found none.
+    no_room_in_budget: Failed<Time>,
+    /// A job inside its budget found no room; and then a job started on a cloud node, which may make room for
+    /// it (the next pass, at this instant, looks again).
+    refused_in_budget: bool,
+    budget_room: bool,
+    /// Jobs of the tier being walked that hold nodes back from lower tiers (see `wait`).
+    budget_holds: Vec<JobId>,
     no_victims: Failed,
     /// Blocked jobs that may buy, and blocked jobs that may not.
     buying: usize,
@@ -118,7 +127,7 @@ pub(crate) fn find_placement(
 ) -> Option<Vec<(NodeId, u32)>> {
     let Cluster { free, nodes, .. } = c;
     for pool in job_pools(cfg, order, job.access) {
-        let mut ready = ReadyGpus { free: &mut free[pool], nodes };
+        let mut ready = ReadyGpus { free: &mut free[pool], nodes, admit: None };
         place(&mut ready, job.g, job.w, job.model.as_deref(), false, slots);
         if slots.len() == job.w as usize {
             return Some(slots.iter().filter_map(|(s, _)| s.ready()).map(|n| (n, job.g)).collect());
@@ -157,9 +166,9 @@ fn reserve(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Vec<(u
 }
 
 impl<'a> Pass<'a> {
+    /// Starts a pass over a queue of `queued` jobs; `grows[p]`: whether pool `p` can launch a node now.
     fn new(
-        cfg: &'a Config,
-        pool_order: &'a [Vec<usize>],
+        (cfg, pool_order): (&'a Config, &'a [Vec<usize>]),
         now: Time,
         remember: bool,
         grows: Vec<bool>,
@@ -171,10 +180,13 @@ impl<'a> Pass<'a> {
             now,
             remember,
             grows,
-            burst_after: cfg.tiers.iter().map(|t| secs(t.burst_after_s)).collect(),
             due_offsets: vec![None; cfg.tiers.len() * 4],
             buys: vec![None; cfg.tiers.len() * 4],
             no_room: Failed::default(),
+            no_room_in_budget: Failed::default(),
+            refused_in_budget: false,
+            budget_room: false,
+            budget_holds: Vec::new(),
             no_victims: Failed::default(),
             buying: 0,
             stuck: 0,
@@ -218,6 +230,7 @@ impl<'a> Pass<'a> {
     /// quota), hold capacity while it checkpoints, place it, preempt for it, or leave it waiting.
     fn visit(&mut self, c: &mut Cluster, id: JobId, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
+        self.hold_for_budgets(c, c.jobs[id.0 as usize].tier);
         let job = &c.jobs[id.0 as usize];
         if self.buyers_only && !self.may_buy(job.tier, Access::of(job, now)) {
             return;
@@ -242,17 +255,44 @@ impl<'a> Pass<'a> {
         self.timers(c, id, wake);
         let job = &c.jobs[id.0 as usize];
         let access = Access::of(job, now);
-        let known_full = self.remember && self.no_room.contains(job, access);
+        // A job that already ran (interrupted, preempted, lost) does not wait for owned capacity again.
+        let burst_at = if job.attempt > 0 {
+            now
+        } else {
+            job.queued_since.saturating_add(crate::budget_place::budget_of(c, cfg, job))
+        };
+        // Inside its waiting budget a job starts only where it adds no cloud spending (see `budget_place`).
+        let end = (now < burst_at).then(|| now.saturating_add(crate::budget_place::expected_run(c, job)));
+        let known_full = self.remember
+            && match end {
+                None => self.no_room.contains(job, access),
+                // A job expected to end later fits on fewer cloud nodes: where an earlier end found no room, it
+                // finds none either.
+                Some(end) => self.no_room_in_budget.get(job, access, 0).is_some_and(|failed| end >= failed),
+            };
         if !self.strict_block && !known_full {
             let need = Need::of(job, now);
-            if let Some(placement) = find_placement(c, cfg, &self.pool_order[need.tier], &need, &mut self.slots) {
+            let order = &self.pool_order[need.tier];
+            let found = match end {
+                None => find_placement(c, cfg, order, &need, &mut self.slots),
+                Some(end) => crate::budget_place::find(c, cfg, order, (&need, end, now), &mut self.slots),
+            };
+            if let Some(placement) = found {
                 self.start(c, id, placement);
                 return;
             }
-            self.no_room.insert(&c.jobs[id.0 as usize], access, 0, ());
+            let job = &c.jobs[id.0 as usize];
+            match end {
+                None => self.no_room.insert(job, access, 0, ()),
+                Some(end) => {
+                    self.refused_in_budget = true;
+                    let failed = self.no_room_in_budget.get(job, access, 0).map_or(end, |f: Time| f.min(end));
+                    self.no_room_in_budget.insert(job, access, 0, failed);
+                }
+            }
         }
         if !self.preempt(c, id, access, wake) {
-            self.wait(c, id, access, wake);
+            self.wait(c, id, access, burst_at, wake);
         }
     }
 
@@ -290,6 +330,11 @@ impl<'a> Pass<'a> {
     fn start(&mut self, c: &mut Cluster, id: JobId, placement: Vec<(NodeId, u32)>) {
         for &(n, g) in &placement {
             c.bind(id, n, g);
+        }
+        if placement.iter().any(|&(n, _)| c.nodes[n.0 as usize].market != Market::Fixed) {
+            // A job on a cloud node keeps it longer: a job inside its budget that found no room may fit there now.
+            self.no_room_in_budget.clear();
+            self.budget_room |= self.refused_in_budget;
         }
         self.plan.started.push((id, placement));
         self.last_start = Some(self.scanned);
@@ -333,6 +378,7 @@ impl<'a> Pass<'a> {
         }
         // GPUs came free: a shape that found no room (or no victims) may find some now.
         self.no_room.clear();
+        self.no_room_in_budget.clear();
         self.no_victims.clear();
         let g = c.jobs[id.0 as usize].spec.gpus_per_worker;
         self.start(c, id, nodes.into_iter().map(|n| (n, g)).collect());
@@ -341,12 +387,10 @@ impl<'a> Pass<'a> {
 
     /// Leaves a job that found no room waiting: for fixed capacity while its burst wait lasts, else blocked (for
     /// the autoscaler). Without backfill it stops the jobs behind it; with backfill a multi-GPU job holds nodes.
-    fn wait(&mut self, c: &mut Cluster, id: JobId, access: Access, wake: &mut WakeAt) {
+    fn wait(&mut self, c: &mut Cluster, id: JobId, access: Access, burst_at: Time, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
         let (g, w, tier) = (job.gang.gpus_per_worker, job.gang.workers, job.tier);
-        // A job that already ran (interrupted, preempted, lost) does not wait for fixed capacity again.
-        let burst_at = if job.attempt > 0 { now } else { job.queued_since + self.burst_after[tier] };
         if now < burst_at {
             wake.at(burst_at);
             self.plan.reasons.push((id, PendingReason::WaitingForFixedCapacity));
@@ -357,6 +401,26 @@ impl<'a> Pass<'a> {
             self.strict_block = true;
             self.first_hold.get_or_insert(self.scanned);
         } else if (w > 1 || g > 1) && self.reservations < cfg.policy.max_reservations {
+            if now >= burst_at {
+                self.hold(c, id);
+            } else {
+                // Inside its budget it holds nodes back from lower tiers only (from the first job of another tier
+                // on): its own tier's smaller jobs still start around it, or they would burst while it waits.
+                self.reservations += 1;
+                self.budget_holds.push(id);
+            }
+        }
+    }
+
+    /// Holds nodes for the jobs inside their budget that asked to (see `wait`) once the walk reaches a job of
+    /// another tier than theirs.
+    fn hold_for_budgets(&mut self, c: &mut Cluster, tier: usize) {
+        let Some(&first) = self.budget_holds.first() else { return };
+        if c.jobs[first.0 as usize].tier == tier {
+            return;
+        }
+        for id in std::mem::take(&mut self.budget_holds) {
+            self.reservations -= 1;
             self.hold(c, id);
         }
     }
@@ -402,7 +466,7 @@ impl Engine {
         let weights: Vec<f64> = self.c.teams.iter().map(|t| t.weight).collect();
         let grows: Vec<bool> = (0..self.cfg.pools.len()).map(|p| self.pool_headroom(p) > 0).collect();
         let Engine { queue, c, cfg, pool_order, exhaustive, now, .. } = self;
-        let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, queue.len());
+        let mut pass = Pass::new((cfg, pool_order), *now, !*exhaustive, grows, queue.len());
         let cut = pass.walk(queue, c, shares, weights, wake);
         for &(pool, _, n) in &pass.reserved {
             // The node may have changed while held (a victim released there); reinsert its current free GPUs.
@@ -417,6 +481,7 @@ impl Engine {
             due_without_victims: pass.due_without_victims,
             first_hold: pass.first_hold,
             last_start: pass.last_start,
+            budget_room: pass.budget_room,
         };
         let plan = pass.plan;
         self.wake_after(&plan, &end, wake);
@@ -444,7 +509,7 @@ impl Engine {
             })
         });
         let cut_short = (end.cut.scan && progressed) || (end.cut.limit_hit && reorder);
-        if !plan.preempted.is_empty() || cut_short || victim_started || held_back {
+        if !plan.preempted.is_empty() || cut_short || victim_started || held_back || end.budget_room {
             wake.at(self.now);
         }
         if end.cut.stuck {

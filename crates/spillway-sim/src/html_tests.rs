@@ -85,7 +85,7 @@ fn waits() -> BTreeMap<String, Vec<f64>> {
 
 #[test]
 fn page_has_charts_and_rows() {
-    let html = render(&report(), &series(5000), &BTreeMap::new(), &waits());
+    let html = render(&report(), &series(5000), &BTreeMap::new(), &waits(), None);
     // Capacity, the one small chart (only spillway has a series), cost, the two of interruptions, waits; no cost split
     // (no team or tier costs) and no spot chart (no spot columns).
     assert_eq!(html.matches("<svg").count(), 6);
@@ -104,7 +104,7 @@ fn page_has_charts_and_rows() {
 
 #[test]
 fn input_text_is_escaped() {
-    let html = render(&report(), &series(100), &BTreeMap::new(), &waits());
+    let html = render(&report(), &series(100), &BTreeMap::new(), &waits(), None);
     assert!(!html.contains("<script>"));
     assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt; capacity"));
     assert!(html.contains("traces/&lt;philly&gt;&amp;.csv"));
@@ -112,7 +112,7 @@ fn input_text_is_escaped() {
 
 #[test]
 fn empty_and_degenerate_inputs_render() {
-    let empty = render(&Report::default(), &TimeSeries::default(), &BTreeMap::new(), &BTreeMap::new());
+    let empty = render(&Report::default(), &TimeSeries::default(), &BTreeMap::new(), &BTreeMap::new(), None);
     // Capacity, cost, the two of interruptions (saying there are no runs), waits.
     assert_eq!(empty.matches("<svg").count(), 5);
     assert!(!empty.contains("NaN") && !empty.contains("inf"));
@@ -123,7 +123,7 @@ fn empty_and_degenerate_inputs_render() {
     tiers.insert("p0".to_string(), vec![0.0, 0.0, f64::NAN]);
     tiers.insert("p1".to_string(), Vec::new());
     for s in [one, zeros, ragged] {
-        let html = render(&report(), &s, &BTreeMap::new(), &tiers);
+        let html = render(&report(), &s, &BTreeMap::new(), &tiers, None);
         assert_eq!(html.matches("<svg").count(), 6);
         assert!(!html.contains("NaN"));
     }
@@ -132,7 +132,7 @@ fn empty_and_degenerate_inputs_render() {
 #[test]
 fn huge_series_stays_small() {
     let others = ["static-peak", "fixed-only"].map(|p| (p.to_string(), series(200_000))).into();
-    let html = render(&report(), &series(200_000), &others, &waits());
+    let html = render(&report(), &series(200_000), &others, &waits(), None);
     assert!(html.len() < 1_000_000, "page is {} bytes", html.len());
     assert_eq!(html.matches("<svg").count(), 8);
     // Every drawn line or area holds at most about MAX_POINTS samples, stepped (x2) plus closing points.
@@ -143,7 +143,7 @@ fn huge_series_stays_small() {
 #[test]
 fn rendering_is_deterministic() {
     let (r, s, w) = (report(), series(20_000), waits());
-    assert_eq!(render(&r, &s, &BTreeMap::new(), &w), render(&r, &s, &BTreeMap::new(), &w));
+    assert_eq!(render(&r, &s, &BTreeMap::new(), &w, None), render(&r, &s, &BTreeMap::new(), &w, None));
 }
 
 #[test]
@@ -159,7 +159,7 @@ fn a_run_that_left_jobs_unfinished_is_flagged_and_not_compared() {
     (r.runs[2].jobs_unfinished, r.runs[2].jobs_completed) = (1188, 12);
     r.runs[0].cost_by_team = [("research".to_string(), 12.5), ("<vision>".to_string(), 3.0)].into_iter().collect();
     r.runs[0].cost_by_tier = [("p0".to_string(), 15.5)].into_iter().collect();
-    let page = render(&r, &series(10), &BTreeMap::new(), &waits());
+    let page = render(&r, &series(10), &BTreeMap::new(), &waits(), None);
     assert!(page.contains("<tr class=\"unfinished\"><td>fixed-only</td>"), "the unfinished run is greyed");
     assert!(page.contains("not comparable (12 of 1,200 done)"), "its ratio is withheld");
     assert!(page.contains("<h2>Cost by team and tier</h2>") && page.contains("team &lt;vision&gt;"));
@@ -169,7 +169,7 @@ fn a_run_that_left_jobs_unfinished_is_flagged_and_not_compared() {
     assert!(row.contains("n/a*") && text.contains("* fixed-only completed 12 of 1200 jobs (1188 unfinished"), "{text}");
     // A finished run below the bound is marked: it paid less by making jobs wait.
     (r.runs[2].jobs_unfinished, r.runs[2].jobs_completed) = (0, 1187);
-    let page = render(&r, &series(10), &BTreeMap::new(), &waits());
+    let page = render(&r, &series(10), &BTreeMap::new(), &waits(), None);
     assert!(page.contains("0.88× †"), "a run below the bound is marked");
     assert!(crate::run::summary_table(&r).contains("0.88+"));
 }
@@ -208,7 +208,7 @@ fn three_runs() -> (Report, BTreeMap<String, TimeSeries>) {
 #[test]
 fn every_run_gets_a_small_chart_on_shared_scales() {
     let (mut r, mut others) = three_runs();
-    let page = render(&r, &series(500), &others, &waits());
+    let page = render(&r, &series(500), &others, &waits(), None);
     for policy in ["spillway", "static-peak", "fixed-only"] {
         let label = format!("aria-label=\"{policy}: GPUs provisioned per pool");
         assert_eq!(page.matches(&label).count(), 1, "one small chart for {policy}");
@@ -221,7 +221,7 @@ fn every_run_gets_a_small_chart_on_shared_scales() {
     // A report of two runs has two.
     r.runs.truncate(2);
     others.remove("fixed-only");
-    let page = render(&r, &series(500), &others, &waits());
+    let page = render(&r, &series(500), &others, &waits(), None);
     assert_eq!(page.matches("<figure>").count(), 2);
     assert!(page.contains("Each line is drawn from at most 400 points"), "the downsampling is said");
 }
@@ -229,7 +229,7 @@ fn every_run_gets_a_small_chart_on_shared_scales() {
 #[test]
 fn a_name_has_one_colour_in_every_chart() {
     let (r, others) = three_runs();
-    let page = render(&r, &series(500), &others, &waits());
+    let page = render(&r, &series(500), &others, &waits(), None);
     let keys = key_colors(&page);
     for (key, colors) in &keys {
         assert_eq!(colors.len(), 1, "{key} is drawn in {colors:?}");
@@ -255,7 +255,7 @@ fn a_name_has_one_colour_in_every_chart() {
 fn a_pool_takes_its_markets_colour_everywhere() {
     let (mut r, others) = three_runs();
     r.input.pool_markets = [("aws-spot".to_string(), "spot".to_string())].into();
-    let keys = key_colors(&render(&r, &series(500), &others, &waits()));
+    let keys = key_colors(&render(&r, &series(500), &others, &waits(), None));
     assert_eq!(keys.get("pool:aws-spot"), keys.get("market:spot"));
 }
 
@@ -263,7 +263,7 @@ fn a_pool_takes_its_markets_colour_everywhere() {
 fn interruptions_and_lost_work_are_charted_and_defined() {
     let (mut r, others) = three_runs();
     (r.runs[0].interruptions, r.runs[0].preemptions, r.runs[0].lost_gpu_hours) = (7, 3, 12.5);
-    let page = render(&r, &series(500), &others, &waits());
+    let page = render(&r, &series(500), &others, &waits(), None);
     let section = page.split("<h2>Interruptions and lost work").nth(1).and_then(|s| s.split("</section>").next());
     let section = section.expect("an interruptions section");
     assert_eq!(section.matches("<svg").count(), 2);
@@ -276,7 +276,7 @@ fn interruptions_and_lost_work_are_charted_and_defined() {
 #[test]
 fn cost_by_team_and_tier_is_charted_per_run() {
     let (r, others) = three_runs();
-    let page = render(&r, &series(500), &others, &waits());
+    let page = render(&r, &series(500), &others, &waits(), None);
     let section = page.split("<h2>Cost by team and tier, every run").nth(1).and_then(|s| s.split("</section>").next());
     let section = section.expect("a cost split section");
     assert_eq!(section.matches("<svg").count(), 2, "one chart by team, one by tier");
@@ -291,8 +291,8 @@ fn every_chart_has_a_caption() {
     let (mut r, others) = three_runs();
     r.runs[0].interruptions = 1;
     for page in [
-        render(&r, &series(500), &others, &waits()),
-        render(&Report::default(), &TimeSeries::default(), &BTreeMap::new(), &BTreeMap::new()),
+        render(&r, &series(500), &others, &waits(), None),
+        render(&Report::default(), &TimeSeries::default(), &BTreeMap::new(), &BTreeMap::new(), None),
     ] {
         let sections: Vec<&str> = page.split("<section>").skip(1).collect();
         let charts: usize = sections.iter().map(|s| s.matches("<svg").count()).sum();

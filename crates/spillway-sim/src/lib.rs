@@ -15,6 +15,7 @@ pub mod report;
 pub mod run;
 pub mod sim;
 pub mod spot;
+pub mod sweep;
 pub mod trace;
 
 /// Returns `../shared/<rel>` (the data beside the project) when it exists. When it does not, a test skips: this

@@ -218,3 +218,36 @@ fn cheapest(cfg: &Config, tier: usize, interruptible: bool) -> Option<(f64, Mark
     }
     best
 }
+
+/// Returns the mean GPU demand of `jobs` if every job started at submission: their GPU-time over the span from
+/// the first submission to the last end.
+pub fn mean_gpus(jobs: &[SimJob]) -> f64 {
+    let start = jobs.iter().map(|j| j.submit_ms).min().unwrap_or(0);
+    let end = jobs.iter().map(|j| j.submit_ms.saturating_add(j.duration_ms)).max().unwrap_or(start);
+    let gpu_ms: f64 =
+        jobs.iter().map(|j| f64::from(j.spec.gpus_per_worker) * f64::from(j.spec.workers) * j.duration_ms as f64).sum();
+    if end > start { gpu_ms / (end - start) as f64 } else { 0.0 }
+}
+
+/// Returns `cfg` owning about `gpus` GPUs: its first fixed pool gets the nearest whole number of nodes of its
+/// largest node size (at least one when `gpus` is above 0), and its other node groups and the other fixed pools'
+/// nodes go; or an error when it has no fixed pool.
+pub fn with_fixed_gpus(cfg: &Config, gpus: u64) -> Result<Config, String> {
+    let mut c = cfg.clone();
+    let mut fixed = c.pools.iter_mut().filter(|p| p.market == Market::Fixed);
+    let Some(pool) = fixed.next() else {
+        return Err("the config has no fixed pool to resize".into());
+    };
+    for other in fixed {
+        other.nodes.clear();
+    }
+    let Some(largest) = pool.nodes.iter().max_by_key(|n| n.gpus).cloned() else {
+        return Err(format!("fixed pool `{}` lists no nodes to take a node size from", pool.name));
+    };
+    let size = u64::from(largest.gpus.max(1));
+    let nearest = (gpus + size / 2) / size;
+    let nodes = if gpus > 0 { nearest.max(1) } else { 0 };
+    let count = u32::try_from(nodes).map_err(|_| format!("{gpus} GPUs is too many nodes"))?;
+    pool.nodes = vec![FixedNodes { count, ..largest }];
+    Ok(c)
+}

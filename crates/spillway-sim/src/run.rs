@@ -26,6 +26,8 @@ pub struct Comparison {
     pub decisions: Vec<Decision>,
     /// Whether the decisions went to `SimOptions::decisions_to` (then `events.jsonl` is the caller's).
     pub streamed: bool,
+    /// A waiting-budget sweep run on the same input, when one was asked for (`sweep.json`, a report section).
+    pub sweep: Option<crate::sweep::Sweep>,
 }
 
 /// Runs `spillway` and every reference on `jobs`; `progress(policy)` is called before each run.
@@ -99,11 +101,20 @@ pub fn compare(
             waits_by_tier: BTreeMap::new(),
             decisions: Vec::new(),
             streamed: opts.decisions_to.0.is_some(),
+            sweep: None,
         });
     };
     let waits_by_tier = waits(&pcfg, &out);
     let streamed = opts.decisions_to.0.is_some();
-    Ok(Comparison { report, series: out.series, others, waits_by_tier, decisions: out.decisions, streamed })
+    Ok(Comparison {
+        report,
+        series: out.series,
+        others,
+        waits_by_tier,
+        decisions: out.decisions,
+        streamed,
+        sweep: None,
+    })
 }
 
 /// Returns each tier's queue waits (seconds) of the jobs that started.
@@ -304,7 +315,11 @@ pub fn write_outputs(dir: &Path, cmp: &Comparison, t0_ms: i64) -> std::io::Resul
         cmp.decisions.iter().for_each(|d| ev.write(d));
         ev.finish()?;
     }
-    let html = crate::html::render(&cmp.report, &cmp.series, &cmp.others, &cmp.waits_by_tier);
+    if let Some(sweep) = &cmp.sweep {
+        let json = serde_json::to_string_pretty(sweep).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join("sweep.json"), json + "\n")?;
+    }
+    let html = crate::html::render(&cmp.report, &cmp.series, &cmp.others, &cmp.waits_by_tier, cmp.sweep.as_ref());
     std::fs::write(dir.join("report.html"), html)
 }
 

@@ -47,6 +47,41 @@ pub struct Args {
     /// Run the engine's full invariant check after every step (slow; for debugging).
     #[arg(long)]
     check_full: bool,
+    /// Also run a waiting-budget sweep: the same input at no wait (bursting at once), constant waits and waits
+    /// per GPU-hour of job size; prints a cost-JCT table and writes sweep.json and a chart in report.html.
+    #[arg(long)]
+    sweep_wait: bool,
+    /// Tiers the sweep varies (comma-separated); default: every tier but the first (p0 never waits).
+    #[arg(long, value_delimiter = ',', requires = "sweep_wait")]
+    sweep_tiers: Vec<String>,
+    /// Own N GPUs, or the input's mean demand (`mean`), before every run: the first fixed pool gets the nearest
+    /// whole number of nodes of its largest node size; its other node groups and other fixed pools' nodes go.
+    #[arg(long, value_parser = parse_fixed_gpus)]
+    fixed_gpus: Option<FixedGpus>,
+    /// Jobs do not declare their run time (deadline jobs still do), as in a daemon whose users declare none:
+    /// waiting budgets size a job by its team's mean run time for the tier, or an hour before the first.
+    #[arg(long)]
+    hide_durations: bool,
+}
+
+/// What `--fixed-gpus` asks for.
+#[derive(Debug, Clone, Copy)]
+enum FixedGpus {
+    Count(u64),
+    Mean,
+}
+
+/// Parses `--fixed-gpus`: a whole number of GPUs, or `mean`.
+fn parse_fixed_gpus(s: &str) -> Result<FixedGpus, String> {
+    match s.trim() {
+        "mean" => Ok(FixedGpus::Mean),
+        n => n
+            .parse::<u64>()
+            .ok()
+            .filter(|&g| g <= 1_000_000)
+            .map(FixedGpus::Count)
+            .ok_or_else(|| format!("`{s}` is not a whole number of GPUs (at most 1000000) or `mean`")),
+    }
 }
 
 /// Returns the config at `path`, or the built-in one.
@@ -91,7 +126,28 @@ pub fn run(args: Args) -> Result<()> {
             other => anyhow::bail!("unknown workload `{other}` (expected bursty)"),
         },
     };
-    let jobs = spillway_sim::input::to_sim_jobs(&trace, &cfg)?;
+    let mut jobs = spillway_sim::input::to_sim_jobs(&trace, &cfg)?;
+    if args.hide_durations {
+        for j in jobs.iter_mut().filter(|j| j.spec.deadline.is_none()) {
+            j.spec.expected_duration_ms = None;
+        }
+    }
+    let cfg = match args.fixed_gpus {
+        None => cfg,
+        Some(f) => {
+            let mean = spillway_sim::policies::mean_gpus(&jobs);
+            let gpus = match f {
+                FixedGpus::Count(n) => n,
+                FixedGpus::Mean => mean.round() as u64,
+            };
+            let c = spillway_sim::policies::with_fixed_gpus(&cfg, gpus).map_err(anyhow::Error::msg)?;
+            let owned: u64 =
+                c.pools.iter().flat_map(|p| &p.nodes).map(|n| u64::from(n.count) * u64::from(n.gpus)).sum();
+            eprintln!("note: the owned pools have {owned} GPUs (asked {gpus}; the input's mean demand is {mean:.1})");
+            c
+        }
+    };
+    let sweep_tiers = sweep_tiers(&cfg, &args)?;
     let pool_markets = cfg.pools.iter().map(|p| (p.name.clone(), p.market.as_str().to_string())).collect();
     let input = InputReport {
         pool_markets,
@@ -121,7 +177,7 @@ pub fn run(args: Args) -> Result<()> {
         anyhow::bail!("--out {} is not a directory", args.out.display());
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    for old in ["report.json", "timeseries.csv", "events.jsonl", "report.html"] {
+    for old in ["report.json", "timeseries.csv", "events.jsonl", "report.html", "sweep.json"] {
         let path = args.out.join(old);
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -160,6 +216,16 @@ pub fn run(args: Args) -> Result<()> {
         started.elapsed().as_secs_f64()
     ));
     say(&summary_table(&cmp.report));
+    let mut cmp = cmp;
+    if let Some(tiers) = &sweep_tiers {
+        let sweep = spillway_sim::sweep::sweep(&cfg, &jobs, tiers, &opts, |label| {
+            bar.set_position(0);
+            bar.set_message(format!("sweep: {label}"));
+        })?;
+        bar.finish_and_clear();
+        say(&format!("\n{}", spillway_sim::sweep::table(&sweep)));
+        cmp.sweep = Some(sweep);
+    }
     writer
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -170,8 +236,9 @@ pub fn run(args: Args) -> Result<()> {
     let done = args.out.join("events.jsonl");
     std::fs::rename(&events_path, &done)
         .with_context(|| format!("renaming {} to {}", events_path.display(), done.display()))?;
+    let sweep_file = if cmp.sweep.is_some() { format!(", {}/sweep.json", args.out.display()) } else { String::new() };
     say(&format!(
-        "\nwrote {0}/report.json, {0}/timeseries.csv, {0}/events.jsonl, {0}/report.html\n",
+        "\nwrote {0}/report.json, {0}/timeseries.csv, {0}/events.jsonl, {0}/report.html{sweep_file}\n",
         args.out.display()
     ));
     Ok(())
@@ -183,6 +250,31 @@ fn say(text: &str) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Returns the tiers a sweep varies (`None` without `--sweep-wait`); an unknown name is an error listing the
+/// config's tiers.
+fn sweep_tiers(cfg: &Config, args: &Args) -> Result<Option<Vec<String>>> {
+    if !args.sweep_wait {
+        return Ok(None);
+    }
+    if args.sweep_tiers.is_empty() {
+        return Ok(Some(spillway_sim::sweep::default_tiers(cfg)));
+    }
+    let mut asked = Vec::new();
+    for t in args.sweep_tiers.iter().map(|t| t.trim()) {
+        match cfg.tier_index(t) {
+            Some(i) => asked.push(i),
+            None => {
+                let known: Vec<&str> = cfg.tiers.iter().map(|t| t.name.as_str()).collect();
+                anyhow::bail!("--sweep-tiers: no tier `{t}` in the config (tiers: {})", known.join(", "));
+            }
+        }
+    }
+    // In the config's tier order, each once: the same set of tiers always names the same sweep.
+    asked.sort_unstable();
+    asked.dedup();
+    Ok(Some(asked.into_iter().map(|i| cfg.tiers[i].name.clone()).collect()))
 }
 
 /// Parses `--days`: a number of days above 0 and at most ten years (the generator has no meaning for others).

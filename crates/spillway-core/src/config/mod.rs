@@ -64,6 +64,10 @@ pub struct TierSpec {
     #[serde(default, deserialize_with = "secs::de_opt")]
     pub burst_after_s: Option<f64>,
     #[serde(default, deserialize_with = "secs::de_opt")]
+    pub burst_wait_per_gpu_hour_s: Option<f64>,
+    #[serde(default, deserialize_with = "secs::de_opt")]
+    pub burst_wait_max_s: Option<f64>,
+    #[serde(default, deserialize_with = "secs::de_opt")]
     pub spot_fallback_after_s: Option<f64>,
     #[serde(default, deserialize_with = "secs::de_opt")]
     pub checkpoint_time_s: Option<f64>,
@@ -87,8 +91,15 @@ pub struct Tier {
     pub preemptible: bool,
     /// How often jobs of this tier checkpoint unless they say otherwise; `None`: never (all work is lost).
     pub checkpoint_interval_s: Option<f64>,
-    /// How long a job waits for fixed capacity before cloud capacity is bought for it.
+    /// How long a job waits for fixed capacity before cloud capacity is bought for it (the fixed part of its
+    /// waiting budget, which the `wait_budget` module works out).
     pub burst_after_s: f64,
+    /// Further wait per GPU-hour of the job's expected work (GPUs x expected duration): large jobs wait longer for
+    /// owned capacity, small ones burst sooner (0: every job waits `burst_after_s`).
+    pub burst_wait_per_gpu_hour_s: f64,
+    /// The most a job's waiting budget may reach (infinite by default: left out of `config show --effective`).
+    #[serde(skip_serializing_if = "not_finite")]
+    pub burst_wait_max_s: f64,
     /// How long an interruptible job waits for spot before on-demand capacity is bought for it (p2: never, an
     /// infinite wait, which TOML configs cannot write: left out of `config show --effective`).
     #[serde(skip_serializing_if = "not_finite")]
@@ -621,6 +632,8 @@ pub fn default_tiers() -> Vec<Tier> {
             preemptible: false,
             checkpoint_interval_s: Some(3600.0),
             burst_after_s: 0.0,
+            burst_wait_per_gpu_hour_s: 0.0,
+            burst_wait_max_s: f64::INFINITY,
             spot_fallback_after_s: 0.0,
             checkpoint_time_s: 120.0,
             max_spot_interruptions: None,
@@ -634,6 +647,8 @@ pub fn default_tiers() -> Vec<Tier> {
             preemptible: true,
             checkpoint_interval_s: Some(1800.0),
             burst_after_s: 60.0,
+            burst_wait_per_gpu_hour_s: 0.0,
+            burst_wait_max_s: f64::INFINITY,
             spot_fallback_after_s: 300.0,
             checkpoint_time_s: 60.0,
             max_spot_interruptions: Some(3),
@@ -647,6 +662,8 @@ pub fn default_tiers() -> Vec<Tier> {
             preemptible: true,
             checkpoint_interval_s: Some(900.0),
             burst_after_s: 300.0,
+            burst_wait_per_gpu_hour_s: 0.0,
+            burst_wait_max_s: f64::INFINITY,
             spot_fallback_after_s: f64::INFINITY,
             checkpoint_time_s: 60.0,
             max_spot_interruptions: None,

@@ -59,6 +59,13 @@ pub const TIER: &[Key] = &[
     k("preemptible", Bool, "p0 false, p1/p2 true", "Higher tiers may preempt its jobs."),
     k("checkpoint_interval_s", Secs, "p0 1h, p1 30m, p2 15m", "How often its jobs checkpoint unless they say."),
     k("burst_after_s", Secs, "p0 0, p1 60s, p2 5m", "Wait for owned capacity before cloud capacity is bought."),
+    k(
+        "burst_wait_per_gpu_hour_s",
+        Secs,
+        "0",
+        "Further wait per GPU-hour of a job's expected work (large jobs wait longer; Starburst's budget).",
+    ),
+    k("burst_wait_max_s", Secs, "none (no cap)", "The most a job's waiting budget, fixed part too, may reach."),
     k("spot_fallback_after_s", Secs, "p0 0, p1 5m, p2 never", "Wait for spot before on-demand is bought."),
     k("checkpoint_time_s", Secs, "p0 2m, p1/p2 60s", "Time a job needs to write a checkpoint when signalled."),
     k("max_spot_interruptions", Int, "p1 3, else none", "After this many interruptions a job moves to on-demand."),

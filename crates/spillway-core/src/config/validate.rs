@@ -167,6 +167,9 @@ fn resolve_tiers(cx: &Ctx, raw: &RawConfig) -> Result<Vec<Tier>, ConfigError> {
         }
         t.queue_wait_slo_s = secs("queue_wait_slo_s", spec.queue_wait_slo_s, 0.0)?.unwrap_or(t.queue_wait_slo_s);
         t.burst_after_s = secs("burst_after_s", spec.burst_after_s, 0.0)?.unwrap_or(t.burst_after_s);
+        t.burst_wait_per_gpu_hour_s = secs("burst_wait_per_gpu_hour_s", spec.burst_wait_per_gpu_hour_s, 0.0)?
+            .unwrap_or(t.burst_wait_per_gpu_hour_s);
+        t.burst_wait_max_s = secs("burst_wait_max_s", spec.burst_wait_max_s, 0.0)?.unwrap_or(t.burst_wait_max_s);
         t.spot_fallback_after_s =
             secs("spot_fallback_after_s", spec.spot_fallback_after_s, 0.0)?.unwrap_or(t.spot_fallback_after_s);
         t.checkpoint_time_s = secs("checkpoint_time_s", spec.checkpoint_time_s, 0.0)?.unwrap_or(t.checkpoint_time_s);

@@ -6,7 +6,7 @@ use super::{Config, Market};
 impl Config {
     /// Returns a warning, in words, for each likely mistake: spot priced at or above on-demand; a tier whose jobs
     /// may only use owned nodes or cloud pools whose simulated `capacity` is 0, which never grow, so work beyond
-    /// them waits for ever; a schedule whose window never opens.
+    /// them waits for ever; a waiting budget capped below its fixed part; a schedule whose window never opens.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (i, t) in self.instance_types.iter().enumerate() {
@@ -19,6 +19,15 @@ impl Config {
             }
         }
         for t in &self.tiers {
+            if t.burst_wait_max_s < t.burst_after_s {
+                out.push(format!(
+                    "tier {}: burst_wait_max_s ({}) is below burst_after_s ({}): every job of it waits only {}",
+                    t.name,
+                    crate::time::fmt_duration(t.burst_wait_max_s),
+                    crate::time::fmt_duration(t.burst_after_s),
+                    crate::time::fmt_duration(t.burst_wait_max_s)
+                ));
+            }
             let usable: Vec<usize> = (0..self.pools.len())
                 .filter(|&i| t.markets.contains(&self.pools[i].market) && !self.pools[i].external())
                 .collect();
@@ -63,13 +72,17 @@ mod tests {
         let text = format!(
             "{TYPES}[[pools]]\nname = \"own\"\nmarket = \"fixed\"\nnodes = [{{ count = 1, gpus = 8 }}]\n\
              [[pools]]\nname = \"spot\"\nmarket = \"spot\"\ninstance_types = [\"g8\"]\nmax_nodes = 4\n\
-             [[schedules]]\npool = \"spot\"\ncron = \"0 0 30 2 *\"\nduration_s = 60\nmin_nodes = 1\n"
+             [[schedules]]\npool = \"spot\"\ncron = \"0 0 30 2 *\"\nduration_s = 60\nmin_nodes = 1\n\
+             [tiers.p1]\nburst_after_s = \"10m\"\nburst_wait_max_s = \"5m\"\n"
         );
         let cfg = Config::parse("c.toml", &text).unwrap();
         let w = cfg.warnings();
         assert!(w.iter().any(|s| s.contains("g8") && s.contains("at or above")), "{w:#?}");
         assert!(w.iter().any(|s| s.starts_with("tier p0:") && s.contains("8 owned GPUs")), "{w:#?}");
-        assert!(!w.iter().any(|s| s.starts_with("tier p1") || s.starts_with("tier p2")), "spot grows: {w:#?}");
+        assert!(w.iter().any(|s| s.starts_with("tier p1:") && s.contains("waits only 5m")), "{w:#?}");
+        let never_grows = |s: &&String| s.contains("never grows");
+        let tier_p12 = |s: &&String| s.starts_with("tier p1") || s.starts_with("tier p2");
+        assert!(!w.iter().filter(tier_p12).any(|s| never_grows(&s)), "spot grows: {w:#?}");
         assert!(w.iter().any(|s| s.contains("schedules[0]") && s.contains("never opens")), "{w:#?}");
     }
 

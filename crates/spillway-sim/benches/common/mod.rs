@@ -157,13 +157,18 @@ pub struct PolicyRuns {
 
 /// Runs the instant-overflow bound and every policy of `policies_for(cfg)` on `jobs` as `compare` does (each
 /// simulated, then summed up in its run report); returns each run's time, steps and queue, or the first error.
+/// `SPILLWAY_BENCH_POLICY=NAME` runs that policy alone (for a profiler).
 pub fn run_policies(cfg: &Config, jobs: &[SimJob], opts: &SimOptions) -> Result<PolicyRuns, String> {
     let t = Instant::now();
     std::hint::black_box(bound(cfg, jobs));
     let bound_s = t.elapsed().as_secs_f64();
     let mut runs = Vec::new();
     let mut total_s = bound_s;
+    let only = std::env::var("SPILLWAY_BENCH_POLICY").ok();
     for policy in policies_for(cfg) {
+        if only.as_deref().is_some_and(|o| o != policy) {
+            continue;
+        }
         let Some(pcfg) = config_for(policy, cfg, jobs) else { continue };
         let popts = SimOptions { record: opts.record && policy == "spillway", ..opts.clone() };
         let t = Instant::now();

@@ -1,0 +1,81 @@
+//! Where a job inside its waiting budget may start, and its budget. Inside its budget a job waits for owned
+//! capacity, so it starts only where it buys no cloud time of its own: owned nodes; a cloud pool whose every node
+//! its minimum keeps; a busy cloud node whose other jobs are expected to run past its own end (the node stays up
+//! for them anyway); or a cloud node already up and idle that it is expected to leave before the node's idle
+//! time-out would have ended. That last one is not free: the node idles out one time-out after the job instead of
+//! now. But a short job there costs a short run on a node already up, where waiting would often end in a fresh
+//! boot and a fresh time-out once the budget runs out (a pool would boot a node for each short job). Anywhere
+//! else the job would keep a cloud node up for the length of its run, the spending its budget is there to avoid.
+
+use crate::access::{Need, job_pools};
+use crate::cluster::Cluster;
+use crate::config::{Config, Market};
+use crate::model::{Job, Node, NodeId};
+use crate::place::{ReadyGpus, Slot, place};
+use crate::time::{Time, secs};
+
+/// Returns whether pool `p`'s nodes cost nothing more whoever runs there: owned, or all kept by its minimum.
+pub(crate) fn kept(cfg: &Config, c: &Cluster, p: usize) -> bool {
+    cfg.pools[p].market == Market::Fixed || c.pools[p].alive <= cfg.pools[p].min_nodes
+}
+
+/// Returns when a ready cloud node would leave if no other job came: its idle time-out after its jobs' expected
+/// ends (or after it became idle), or `None` when one of its jobs has no known duration (it may stay for long).
+fn leaves_at(node: &Node, jobs: &[Job], idle_timeout: Time, now: Time) -> Option<Time> {
+    if node.jobs.is_empty() {
+        return Some(node.idle_since.unwrap_or(now).saturating_add(idle_timeout));
+    }
+    let mut end = now;
+    for j in &node.jobs {
+        let left = jobs.get(j.0 as usize)?.remaining_work_ms(now)?;
+        end = end.max(now.saturating_add(left));
+    }
+    Some(end.saturating_add(idle_timeout))
+}
+
+/// Finds nodes for every worker of a job inside its waiting budget (see the module doc), expected to end at
+/// `end`, in the first pool of `order` where the gang fits; leaves `c` as it was.
+pub(crate) fn find(
+    c: &mut Cluster,
+    cfg: &Config,
+    order: &[usize],
+    (need, end, now): (&Need, Time, Time),
+    slots: &mut Vec<(Slot, u32)>,
+) -> Option<Vec<(NodeId, u32)>> {
+    for pool in job_pools(cfg, order, need.access) {
+        let keeps = kept(cfg, c, pool);
+        let idle_timeout = secs(cfg.pools[pool].idle_timeout_s.min(1e12));
+        let Cluster { free, nodes, jobs, .. } = &mut *c;
+        let jobs: &[Job] = jobs;
+        let admit = move |n: &Node| keeps || leaves_at(n, jobs, idle_timeout, now).is_some_and(|t| end <= t);
+        let mut ready = ReadyGpus { free: &mut free[pool], nodes, admit: Some(&admit) };
+        place(&mut ready, need.g, need.w, need.model.as_deref(), false, slots);
+        if slots.len() == need.w as usize {
+            return Some(slots.iter().filter_map(|(s, _)| s.ready()).map(|n| (n, need.g)).collect());
+        }
+    }
+    None
+}
+
+/// Returns how long `job` is expected to run (see [`crate::wait_budget::expected_run`]).
+pub(crate) fn expected_run(c: &Cluster, job: &Job) -> Time {
+    let declared = job.spec.expected_duration_ms;
+    let history = if declared.is_none() { c.runs.mean(job.team, job.tier) } else { None };
+    crate::wait_budget::expected_run(declared, history).0
+}
+
+/// Returns how long `job` waits for owned capacity before cloud capacity is bought for it (its tier's waiting
+/// budget for its size, see [`crate::wait_budget`]).
+pub(crate) fn budget_of(c: &Cluster, cfg: &Config, job: &Job) -> Time {
+    wait_budget_of(c, cfg, job).wait_ms
+}
+
+/// Returns `job`'s waiting budget and what it was worked out from (the team's history is read only when the size
+/// part needs it).
+pub(crate) fn wait_budget_of(c: &Cluster, cfg: &Config, job: &Job) -> crate::wait_budget::Budget {
+    let tier = &cfg.tiers[job.tier];
+    let declared = job.spec.expected_duration_ms;
+    let needs_history = tier.burst_wait_per_gpu_hour_s > 0.0 && declared.is_none();
+    let history = if needs_history { c.runs.mean(job.team, job.tier) } else { None };
+    crate::wait_budget::budget(tier, job.total_gpus(), declared, history)
+}

@@ -1,0 +1,147 @@
+//! Waiting budgets by job size, as a user states them: a large job waits longer for owned capacity than a small
+//! one; within its budget a job never runs on cloud capacity it would keep alive (an idle node it would outlast),
+//! but owned capacity that frees up starts it at once, and so does cloud capacity it adds no spending to; after
+//! its budget it bursts; a job without a declared duration is sized by its team's history.
+
+use spillway_core::{Event, JobSpec, Market, PendingReason};
+
+mod common;
+use common::*;
+
+/// One 8-GPU owned node and an on-demand pool of 8-GPU nodes; p1 waits 10 minutes per GPU-hour of size.
+fn config(extra: &str) -> String {
+    format!(
+        r#"
+[[instance_types]]
+name = "g8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 24.0
+
+[[pools]]
+name = "onprem"
+market = "fixed"
+gpu_usd_per_hour = 1.0
+nodes = [{{ count = 1, gpus = 8 }}]
+
+[[pools]]
+name = "od"
+market = "on_demand"
+instance_types = ["g8"]
+max_nodes = 8
+idle_timeout_s = 86400
+{extra}
+
+[tiers.p1]
+markets = ["fixed", "on_demand"]
+interruptible = false
+burst_after_s = 0
+burst_wait_per_gpu_hour_s = "10m"
+"#
+    )
+}
+
+fn sized(gpus: u32, hours: Option<f64>) -> JobSpec {
+    let mut s = spec("p1", gpus, 1);
+    s.expected_duration_ms = hours.map(|h| (h * 3.6e6) as i64);
+    s
+}
+
+#[test]
+fn a_large_job_waits_longer_for_owned_capacity_than_a_small_one() {
+    let mut h = Harness::new(&config(""));
+    let filler = h.submit(sized(8, Some(100.0)));
+    assert!(started(&h.drain(), filler).is_some(), "the owned node takes the first job");
+    // 1 GPU x 1 h: a 10-minute budget. 8 GPUs x 2 h: 16 GPU-hours, a 160-minute budget.
+    let small = h.submit(sized(1, Some(1.0)));
+    let large = h.submit(sized(8, Some(2.0)));
+    let a = h.drain();
+    assert!(launches(&a).is_empty(), "nothing is bought inside either budget: {a:?}");
+    assert_eq!(h.job(small).pending, PendingReason::WaitingForFixedCapacity);
+    let a = h.run_until(599.0);
+    assert!(launches(&a).is_empty(), "the small job's 10 minutes are not over: {a:?}");
+    let a = h.run_until(600.0);
+    assert_eq!(launches(&a).len(), 1, "the small job bursts at 10 minutes: {a:?}");
+    let a = h.run_until(160.0 * 60.0 - 1.0);
+    assert_eq!(launches(&a).len(), 0, "the large job still waits for owned capacity: {a:?}");
+    assert_eq!(h.job(large).pending, PendingReason::WaitingForFixedCapacity);
+    let a = h.run_until(160.0 * 60.0);
+    assert_eq!(launches(&a).len(), 1, "the large job bursts when its 160 minutes are over: {a:?}");
+}
+
+#[test]
+fn within_its_budget_a_job_takes_an_idle_cloud_node_only_if_it_ends_before_the_node_would_go() {
+    let mut h = Harness::new(&config("").replace("idle_timeout_s = 86400", "idle_timeout_s = 1800"));
+    let filler = h.submit(sized(8, Some(100.0)));
+    h.drain();
+    let first = h.submit(sized(8, Some(0.1)));
+    // 0.8 GPU-hours: an 8-minute budget, then a node is bought and the job runs there.
+    let a = h.run_until(480.0);
+    let l = launches(&a);
+    assert_eq!(l.len(), 1, "{a:?}");
+    h.at(720.0);
+    h.event(Event::NodeReady { node: l[0].0 });
+    let p = started(&h.drain(), first).expect("the first job starts on its cloud node");
+    let cloud_node = p[0].0;
+    h.at(900.0);
+    h.event(Event::JobExited { job: first, attempt: 1, success: true, exit: None });
+    h.drain();
+    // The cloud node is idle and goes at 900 + 1800 s. A 10-hour job inside its budget would keep it alive for
+    // hours: it waits for owned capacity.
+    let large = h.submit(sized(8, Some(10.0)));
+    let a = h.run_until(1000.0);
+    assert!(started(&a, large).is_none(), "the large job waits for owned capacity: {a:?}");
+    // A 12-minute job ends before the node would go: it runs there at once, although its own budget has not run out.
+    let short = h.submit(sized(8, Some(0.2)));
+    let p = started(&h.drain(), short).expect("the short job takes the idle cloud node");
+    assert_eq!(p[0].0, cloud_node);
+    // Owned capacity frees up: the large job starts there at once.
+    h.at(1100.0);
+    h.event(Event::JobExited { job: filler, attempt: 1, success: true, exit: None });
+    let p = started(&h.drain(), large).expect("the large job starts on the owned node");
+    assert_eq!(h.node(p[0].0).market, Market::Fixed);
+}
+
+#[test]
+fn a_cloud_node_kept_by_the_pools_minimum_is_used_within_the_budget() {
+    let mut h = Harness::new(&config("min_nodes = 1"));
+    let warm = launches(&h.drain());
+    assert_eq!(warm.len(), 1, "the pool's minimum launches one node");
+    h.at(240.0);
+    h.event(Event::NodeReady { node: warm[0].0 });
+    h.drain();
+    let filler = h.submit(sized(8, Some(100.0)));
+    assert!(started(&h.drain(), filler).is_some());
+    // The minimum's node is paid for whatever happens: a job inside its budget may run there.
+    let large = h.submit(sized(8, Some(10.0)));
+    let p = started(&h.drain(), large).expect("the large job starts on the kept node at once");
+    assert_eq!(h.node(p[0].0).market, Market::OnDemand);
+}
+
+#[test]
+fn without_a_declared_duration_the_teams_history_sizes_the_budget() {
+    // No history: an assumed hour, so an 8-GPU job waits 8 x 1 h x 10 min = 80 minutes.
+    let mut h = Harness::new(&config(""));
+    let filler = h.submit(sized(8, Some(100.0)));
+    assert!(started(&h.drain(), filler).is_some());
+    h.submit(sized(8, None));
+    assert!(launches(&h.run_until(80.0 * 60.0 - 1.0)).is_empty());
+    assert_eq!(launches(&h.run_until(80.0 * 60.0)).len(), 1, "an assumed hour: 80 minutes");
+
+    // A job of the team that ran 3 hours and succeeded: the team's mean is 3 h, so the next undeclared 8-GPU job
+    // waits 8 x 3 h x 10 min = 240 minutes.
+    let mut h = Harness::new(&config(""));
+    let short = h.submit(sized(8, None));
+    assert!(started(&h.drain(), short).is_some());
+    h.at(3.0 * 3600.0);
+    h.event(Event::JobExited { job: short, attempt: 1, success: true, exit: None });
+    h.drain();
+    let filler = h.submit(sized(8, Some(100.0)));
+    assert!(started(&h.drain(), filler).is_some());
+    let probe = h.submit(sized(8, None));
+    let t0 = h.t();
+    let a = h.run_until(t0 + 240.0 * 60.0 - 1.0);
+    assert!(launches(&a).is_empty(), "{a:?}");
+    assert_eq!(h.job(probe).pending, PendingReason::WaitingForFixedCapacity);
+    assert_eq!(launches(&h.run_until(t0 + 240.0 * 60.0)).len(), 1, "three hours of history: 240 minutes");
+}
