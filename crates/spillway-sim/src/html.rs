@@ -244,12 +244,39 @@ fn runs_table(report: &Report) -> String {
          A run that left jobs unfinished (greyed) did less work than the others, so its cost is not compared.</p>\n",
         count(usize::try_from(b.peak_gpus).unwrap_or(usize::MAX))
     ));
+    t.push_str(&capped_note(report));
     for k in &report.skipped_policies {
         t.push_str(&format!("<p class=\"note\">{} not run: {}.</p>\n", esc(&k.policy), esc(&k.why)));
     }
     t.push_str(DEFINITIONS);
     t.push_str(&team_tier_table(report));
     t
+}
+
+/// The note on the capped bound under the runs table: its cost, spillway's over it, and what it assumes (or why
+/// it is missing).
+fn capped_note(report: &Report) -> String {
+    let text = match (&report.capped_bound, &report.capped_bound_skipped) {
+        (Some(b), _) => {
+            let spillway = report.runs.iter().find(|r| r.policy == "spillway" && report.comparable(r));
+            let ratio = spillway
+                .filter(|_| b.cost_usd > 0.0)
+                .map_or(String::new(), |r| format!("; spillway costs {} of it", ratio(r.cost_usd / b.cost_usd)));
+            format!(
+                "The capped bound, {} (fixed {}, on-demand {}, spot {}){ratio}, is the least any policy could pay to \
+                 finish all the work by the spillway run's end ({}) within each pool's cap and each tier's markets, \
+                 with work free to wait: where caps bind, it is the yardstick to read.",
+                usd(b.cost_usd),
+                usd(b.cost_by_market.fixed),
+                usd(b.cost_by_market.on_demand),
+                usd(b.cost_by_market.spot),
+                duration(b.horizon_ms as f64 / 1000.0)
+            )
+        }
+        (None, Some(why)) => format!("The capped bound was not computed: {why}."),
+        (None, None) => return String::new(),
+    };
+    format!("<p class=\"note\">{}</p>\n", esc(&text))
 }
 
 /// What each column of the runs table counts.

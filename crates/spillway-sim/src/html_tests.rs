@@ -39,6 +39,8 @@ fn report() -> Report {
         },
         runs: vec![run("spillway", 91_234.5), run("static-peak", 160_000.0), run("fixed-only", 70_000.0)],
         skipped_policies: Vec::new(),
+        capped_bound: None,
+        capped_bound_skipped: None,
         bound: BoundReport {
             cost_usd: 80_000.0,
             cost_by_market: MarketCost { fixed: 60_000.0, on_demand: 15_000.0, spot: 5_000.0 },

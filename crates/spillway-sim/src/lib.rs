@@ -7,6 +7,7 @@
 //!                                  policies (rewritten configs, bound) ─┘            run ─> Report, CSV, JSONL, HTML
 //! ```
 
+pub mod capped_bound;
 pub mod demand;
 pub mod html;
 pub mod input;

@@ -143,6 +143,12 @@ pub struct Report {
     pub input: InputReport,
     pub runs: Vec<RunReport>,
     pub bound: BoundReport,
+    /// The bound that honors pool caps and tier markets, for finishing by the `spillway` run's end (see
+    /// `capped_bound`), or why it was not computed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capped_bound: Option<crate::capped_bound::CappedBoundReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capped_bound_skipped: Option<String>,
     pub spot: SpotReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predictive: Option<PredictiveReport>,
