@@ -1,9 +1,9 @@
 //! Which pools a job may use, in which order, and which markets it may use now: what placement, preemption and
-//! scale-out all ask first.
+//! scale-out all ask first; and when a deadline job must leave spot for on-demand.
 
-use crate::config::{Config, Market};
+use crate::config::{Config, DeadlinePolicy, Market};
 use crate::model::Job;
-use crate::time::Time;
+use crate::time::{Time, secs};
 
 /// Returns the pools `job` may run on, in placement order.
 pub(crate) fn job_pools<'a>(cfg: &'a Config, order: &'a [usize], access: Access) -> impl Iterator<Item = usize> + 'a {
@@ -119,4 +119,34 @@ pub(crate) fn gpu_price(cfg: &Config, pool: usize) -> f64 {
             it.price_usd_per_hour(p.market).map(|price| price / it.gpus as f64)
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// Returns when a deadline job must leave spot for on-demand: its deadline minus its remaining work minus the
+/// slack it must keep (an on-demand boot plus, with the safe policy, a checkpoint, the work one interruption can
+/// lose and a margin). `None` when the job has no deadline or duration, or its tier has no on-demand pool.
+pub(crate) fn deadline_pin_at(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Option<Time> {
+    let deadline = job.spec.deadline?;
+    let remaining = job.remaining_work_ms(now)?;
+    let od_boot = order
+        .iter()
+        .filter(|&&p| cfg.pools[p].market == Market::OnDemand)
+        .map(|&p| secs(cfg.pools[p].boot_latency_s))
+        .min()?;
+    let tier = &cfg.tiers[job.tier];
+    let keep = match cfg.policy.deadline_policy {
+        DeadlinePolicy::Greedy => od_boot,
+        DeadlinePolicy::Safe => {
+            let ck = secs(tier.checkpoint_time_s);
+            let notice = order
+                .iter()
+                .filter(|&&p| cfg.pools[p].market == Market::Spot)
+                .map(|&p| secs(cfg.pools[p].interruption_notice_s))
+                .min()
+                .unwrap_or(0);
+            // With time to checkpoint inside the notice an interruption loses nothing; otherwise up to an interval.
+            let loss = if ck <= notice { 0 } else { job.checkpoint_interval_ms.unwrap_or(remaining) };
+            od_boot + ck + loss + secs(cfg.policy.deadline_margin_s)
+        }
+    };
+    Some(deadline - remaining - keep)
 }

@@ -33,21 +33,37 @@ fn leaves_at(node: &Node, jobs: &[Job], idle_timeout: Time, now: Time) -> Option
     Some(end.saturating_add(idle_timeout))
 }
 
-/// Finds nodes for every worker of a job inside its waiting budget (see the module doc), expected to end at
-/// `end`, in the first pool of `order` where the gang fits; leaves `c` as it was.
+/// Which nodes a job whose placement depends on its expected end may use (see the module doc).
+pub(crate) struct Admit<'a> {
+    /// When the job is expected to end, and now.
+    pub end: Time,
+    pub now: Time,
+    /// Inside its waiting budget: the cloud rules apply.
+    pub in_wait: bool,
+    /// Nodes held for waiting gangs, with when the gang could start there.
+    pub shadows: &'a [(NodeId, Time)],
+}
+
+/// Finds nodes for every worker of a job under `rule`, in the first pool of `order` where the gang fits; leaves
+/// `c` as it was.
 pub(crate) fn find(
     c: &mut Cluster,
     cfg: &Config,
     order: &[usize],
-    (need, end, now): (&Need, Time, Time),
+    need: &Need,
+    rule: Admit<'_>,
     slots: &mut Vec<(Slot, u32)>,
 ) -> Option<Vec<(NodeId, u32)>> {
+    let Admit { end, now, in_wait, shadows } = rule;
     for pool in job_pools(cfg, order, need.access) {
-        let keeps = kept(cfg, c, pool);
+        let keeps = !in_wait || kept(cfg, c, pool);
         let idle_timeout = secs(cfg.pools[pool].idle_timeout_s.min(1e12));
         let Cluster { free, nodes, jobs, .. } = &mut *c;
         let jobs: &[Job] = jobs;
-        let admit = move |n: &Node| keeps || leaves_at(n, jobs, idle_timeout, now).is_some_and(|t| end <= t);
+        let admit = move |n: &Node| {
+            let shadow_ok = shadows.iter().filter(|(s, _)| *s == n.id).all(|&(_, t)| end <= t);
+            shadow_ok && (keeps || leaves_at(n, jobs, idle_timeout, now).is_some_and(|t| end <= t))
+        };
         let mut ready = ReadyGpus { free: &mut free[pool], nodes, admit: Some(&admit) };
         place(&mut ready, need.g, need.w, need.model.as_deref(), false, slots);
         if slots.len() == need.w as usize {
@@ -55,6 +71,41 @@ pub(crate) fn find(
         }
     }
     None
+}
+
+/// Holds nodes softly for a gang inside its budget: up to one per worker, those with the most free GPUs in the
+/// first pool of `order` it may wait for (owned, or kept by a minimum), each with when the gang could start there
+/// (when the node's jobs are expected to have ended; now for a node without jobs). Jobs that end by then may still
+/// use the node.
+pub(crate) fn shadow_hold(c: &Cluster, cfg: &Config, order: &[usize], need: &Need, now: Time) -> Vec<(NodeId, Time)> {
+    let want = need.model.as_deref();
+    for pool in job_pools(cfg, order, need.access).filter(|&p| kept(cfg, c, p)) {
+        let fits = |n: &NodeId| {
+            let node = &c.nodes[n.0 as usize];
+            node.gpus >= need.g && crate::config::model_fits(want, &node.gpu_model)
+        };
+        let picks: Vec<NodeId> =
+            c.free[pool].iter().rev().map(|&(_, n)| n).filter(fits).take(need.w as usize).collect();
+        if !picks.is_empty() {
+            return picks.into_iter().map(|n| (n, drained_at(c, &c.nodes[n.0 as usize], now))).collect();
+        }
+    }
+    Vec::new()
+}
+
+/// Returns when every job on `node` is expected to have ended (declared durations, else estimates; a job past its
+/// estimate is taken to end now, which lets nothing backfill before it).
+fn drained_at(c: &Cluster, node: &Node, now: Time) -> Time {
+    let mut at = now;
+    for j in &node.jobs {
+        let Some(job) = c.jobs.get(j.0 as usize) else { continue };
+        let end = match job.remaining_work_ms(now) {
+            Some(left) => now.saturating_add(left),
+            None => job.attempt_start.unwrap_or(now).saturating_add(expected_run(c, job)),
+        };
+        at = at.max(end);
+    }
+    at
 }
 
 /// Returns how long `job` is expected to run (see [`crate::wait_budget::expected_run`]).

@@ -9,9 +9,9 @@
 
 use crate::access::{Access, Need, job_pools, uniform_progress_at};
 use crate::cluster::Cluster;
-use crate::config::{Config, DeadlinePolicy, Market, model_fits};
+use crate::config::{Config, Market, model_fits};
 use crate::event::{DecisionKind, StopReason, job_subject};
-use crate::model::{Job, JobId, NodeId, NodeState, PendingReason};
+use crate::model::{JobId, NodeId, NodeState, PendingReason};
 use crate::place::{ReadyGpus, Slot, place};
 use crate::preempt::{find_victims, preemption_offset};
 use crate::queue::Queue;
@@ -81,14 +81,16 @@ struct Pass<'a> {
     buys: Vec<Option<bool>>,
     /// Shapes that found no placement, or no victims, in this pass (see `shape`).
     no_room: Failed,
-    /// Shapes that found no room inside their waiting budget, with the earliest expected end that found none.
-    no_room_in_budget: Failed<Time>,
+    /// Shapes that found no room where that depends on a job's end (inside its budget, or beside held nodes), by
+    /// whether the job is inside its budget, with the earliest expected end that found none.
+    no_room_by_end: Failed<Time>,
+    /// Nodes held for waiting gangs inside their budget, with when the gang could start there: a job may use
+    /// one only if it is expected to end by then (backfill, as EASY does).
+    shadows: Vec<(NodeId, Time)>,
     /// A job inside its budget found no room; and then a job started on a cloud node, which may make room for
     /// it (the next pass, at this instant, looks again).
     refused_in_budget: bool,
     budget_room: bool,
-    /// Jobs of the tier being walked that hold nodes back from lower tiers (see `wait`).
-    budget_holds: Vec<JobId>,
     no_victims: Failed,
     /// Blocked jobs that may buy, and blocked jobs that may not.
     buying: usize,
@@ -183,10 +185,10 @@ impl<'a> Pass<'a> {
             due_offsets: vec![None; cfg.tiers.len() * 4],
             buys: vec![None; cfg.tiers.len() * 4],
             no_room: Failed::default(),
-            no_room_in_budget: Failed::default(),
+            no_room_by_end: Failed::default(),
+            shadows: Vec::new(),
             refused_in_budget: false,
             budget_room: false,
-            budget_holds: Vec::new(),
             no_victims: Failed::default(),
             buying: 0,
             stuck: 0,
@@ -230,7 +232,6 @@ impl<'a> Pass<'a> {
     /// quota), hold capacity while it checkpoints, place it, preempt for it, or leave it waiting.
     fn visit(&mut self, c: &mut Cluster, id: JobId, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
-        self.hold_for_budgets(c, c.jobs[id.0 as usize].tier);
         let job = &c.jobs[id.0 as usize];
         if self.buyers_only && !self.may_buy(job.tier, Access::of(job, now)) {
             return;
@@ -261,21 +262,28 @@ impl<'a> Pass<'a> {
         } else {
             job.queued_since.saturating_add(crate::budget_place::budget_of(c, cfg, job))
         };
-        // Inside its waiting budget a job starts only where it adds no cloud spending (see `budget_place`).
-        let end = (now < burst_at).then(|| now.saturating_add(crate::budget_place::expected_run(c, job)));
+        // Inside its waiting budget a job starts only where it adds no cloud spending, and any job only on a node
+        // held for a waiting gang if it ends before the gang could start there (see `budget_place`): then where
+        // it may start depends on when it is expected to end.
+        let in_wait = now < burst_at;
+        let end = (in_wait || !self.shadows.is_empty())
+            .then(|| now.saturating_add(crate::budget_place::expected_run(c, job)));
         let known_full = self.remember
             && match end {
                 None => self.no_room.contains(job, access),
-                // A job expected to end later fits on fewer cloud nodes: where an earlier end found no room, it
-                // finds none either.
-                Some(end) => self.no_room_in_budget.get(job, access, 0).is_some_and(|failed| end >= failed),
+                // A job expected to end later fits on fewer nodes: where an earlier end found no room, it finds
+                // none either.
+                Some(end) => self.no_room_by_end.get(job, access, u8::from(in_wait)).is_some_and(|f| end >= f),
             };
         if !self.strict_block && !known_full {
             let need = Need::of(job, now);
             let order = &self.pool_order[need.tier];
             let found = match end {
                 None => find_placement(c, cfg, order, &need, &mut self.slots),
-                Some(end) => crate::budget_place::find(c, cfg, order, (&need, end, now), &mut self.slots),
+                Some(end) => {
+                    let rule = crate::budget_place::Admit { end, now, in_wait, shadows: &self.shadows };
+                    crate::budget_place::find(c, cfg, order, &need, rule, &mut self.slots)
+                }
             };
             if let Some(placement) = found {
                 self.start(c, id, placement);
@@ -285,9 +293,10 @@ impl<'a> Pass<'a> {
             match end {
                 None => self.no_room.insert(job, access, 0, ()),
                 Some(end) => {
-                    self.refused_in_budget = true;
-                    let failed = self.no_room_in_budget.get(job, access, 0).map_or(end, |f: Time| f.min(end));
-                    self.no_room_in_budget.insert(job, access, 0, failed);
+                    self.refused_in_budget |= in_wait;
+                    let key = u8::from(in_wait);
+                    let failed = self.no_room_by_end.get(job, access, key).map_or(end, |f: Time| f.min(end));
+                    self.no_room_by_end.insert(job, access, key, failed);
                 }
             }
         }
@@ -313,7 +322,7 @@ impl<'a> Pass<'a> {
             // Falling behind uniform progress lets it take on-demand: look again then.
             wake.at(at);
         }
-        match deadline_pin_at(cfg, &self.pool_order[job.tier], job, now) {
+        match crate::access::deadline_pin_at(cfg, &self.pool_order[job.tier], job, now) {
             Some(at) if at <= now => {
                 let j = &mut c.jobs[id.0 as usize];
                 j.interruptible = false;
@@ -333,7 +342,7 @@ impl<'a> Pass<'a> {
         }
         if placement.iter().any(|&(n, _)| c.nodes[n.0 as usize].market != Market::Fixed) {
             // A job on a cloud node keeps it longer: a job inside its budget that found no room may fit there now.
-            self.no_room_in_budget.clear();
+            self.no_room_by_end.clear();
             self.budget_room |= self.refused_in_budget;
         }
         self.plan.started.push((id, placement));
@@ -378,7 +387,7 @@ impl<'a> Pass<'a> {
         }
         // GPUs came free: a shape that found no room (or no victims) may find some now.
         self.no_room.clear();
-        self.no_room_in_budget.clear();
+        self.no_room_by_end.clear();
         self.no_victims.clear();
         let g = c.jobs[id.0 as usize].spec.gpus_per_worker;
         self.start(c, id, nodes.into_iter().map(|n| (n, g)).collect());
@@ -404,24 +413,15 @@ impl<'a> Pass<'a> {
             if now >= burst_at {
                 self.hold(c, id);
             } else {
-                // Inside its budget it holds nodes back from lower tiers only (from the first job of another tier
-                // on): its own tier's smaller jobs still start around it, or they would burst while it waits.
+                // Inside its budget it holds nodes softly: jobs that end before it could start there still may.
                 self.reservations += 1;
-                self.budget_holds.push(id);
+                let need = Need::of(&c.jobs[id.0 as usize], now);
+                let held = crate::budget_place::shadow_hold(c, cfg, &self.pool_order[need.tier], &need, now);
+                if !held.is_empty() {
+                    self.first_hold.get_or_insert(self.scanned);
+                }
+                self.shadows.extend(held);
             }
-        }
-    }
-
-    /// Holds nodes for the jobs inside their budget that asked to (see `wait`) once the walk reaches a job of
-    /// another tier than theirs.
-    fn hold_for_budgets(&mut self, c: &mut Cluster, tier: usize) {
-        let Some(&first) = self.budget_holds.first() else { return };
-        if c.jobs[first.0 as usize].tier == tier {
-            return;
-        }
-        for id in std::mem::take(&mut self.budget_holds) {
-            self.reservations -= 1;
-            self.hold(c, id);
         }
     }
 
@@ -611,34 +611,4 @@ fn buyers_beyond(queue: &Queue, cfg: &Config, pool_order: &[Vec<usize>], grows: 
             .kinds(t)
             .any(|(g, model)| pool_order[t].iter().filter(|&&p| grows[p]).any(|&p| cfg.pool_holds(p, g, model)))
     })
-}
-
-/// Returns when a deadline job must leave spot for on-demand: its deadline minus its remaining work minus the
-/// slack it must keep (an on-demand boot plus, with the safe policy, a checkpoint, the work one interruption can
-/// lose and a margin). `None` when the job has no deadline or duration, or its tier has no on-demand pool.
-fn deadline_pin_at(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Option<Time> {
-    let deadline = job.spec.deadline?;
-    let remaining = job.remaining_work_ms(now)?;
-    let od_boot = order
-        .iter()
-        .filter(|&&p| cfg.pools[p].market == Market::OnDemand)
-        .map(|&p| secs(cfg.pools[p].boot_latency_s))
-        .min()?;
-    let tier = &cfg.tiers[job.tier];
-    let keep = match cfg.policy.deadline_policy {
-        DeadlinePolicy::Greedy => od_boot,
-        DeadlinePolicy::Safe => {
-            let ck = secs(tier.checkpoint_time_s);
-            let notice = order
-                .iter()
-                .filter(|&&p| cfg.pools[p].market == Market::Spot)
-                .map(|&p| secs(cfg.pools[p].interruption_notice_s))
-                .min()
-                .unwrap_or(0);
-            // With time to checkpoint inside the notice an interruption loses nothing; otherwise up to an interval.
-            let loss = if ck <= notice { 0 } else { job.checkpoint_interval_ms.unwrap_or(remaining) };
-            od_boot + ck + loss + secs(cfg.policy.deadline_margin_s)
-        }
-    };
-    Some(deadline - remaining - keep)
 }

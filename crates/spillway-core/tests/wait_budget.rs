@@ -145,3 +145,23 @@ fn without_a_declared_duration_the_teams_history_sizes_the_budget() {
     assert_eq!(h.job(probe).pending, PendingReason::WaitingForFixedCapacity);
     assert_eq!(launches(&h.run_until(t0 + 240.0 * 60.0)).len(), 1, "three hours of history: 240 minutes");
 }
+
+#[test]
+fn a_gang_inside_its_budget_holds_owned_gpus_that_only_jobs_ending_before_it_may_use() {
+    let mut h = Harness::new(&config(""));
+    // The owned node's 8 GPUs: 4 taken for 2 hours.
+    let filler = h.submit(sized(4, Some(2.0)));
+    assert!(started(&h.drain(), filler).is_some());
+    // An 8-GPU gang waits inside its budget (80 minutes) for the owned node, and holds it.
+    let gang = h.submit(sized(8, Some(1.0)));
+    h.drain();
+    assert_eq!(h.job(gang).pending, PendingReason::WaitingForFixedCapacity);
+    // A 3-hour job would still run when the gang could start: it may not take the held GPUs.
+    let long = h.submit(sized(2, Some(3.0)));
+    let a = h.drain();
+    assert!(started(&a, long).is_none(), "the long job does not take the held GPUs: {a:?}");
+    // A 1-hour job ends before the filler does: it backfills the held node.
+    let short = h.submit(sized(2, Some(1.0)));
+    let p = started(&h.drain(), short).expect("the short job backfills");
+    assert_eq!(h.node(p[0].0).market, Market::Fixed);
+}
