@@ -73,21 +73,31 @@ pub(crate) fn find(
     None
 }
 
-/// Holds nodes softly for a gang inside its budget: up to one per worker, those with the most free GPUs in the
-/// first pool of `order` it may wait for (owned, or kept by a minimum), each with when the gang could start there
-/// (when the node's jobs are expected to have ended; now for a node without jobs). Jobs that end by then may still
-/// use the node.
+/// Holds nodes softly for a gang inside its budget, EASY-style: in the first pool of `order` it may wait for
+/// (owned, or kept by a minimum) that could ever hold it, the nodes expected to drain first, enough of them for
+/// every worker, each marked with when the last of them drains (when the gang could start). Jobs that end by then
+/// may still use them. A gang no such pool can hold holds nothing.
 pub(crate) fn shadow_hold(c: &Cluster, cfg: &Config, order: &[usize], need: &Need, now: Time) -> Vec<(NodeId, Time)> {
     let want = need.model.as_deref();
+    let g = need.g.max(1);
     for pool in job_pools(cfg, order, need.access).filter(|&p| kept(cfg, c, p)) {
-        let fits = |n: &NodeId| {
-            let node = &c.nodes[n.0 as usize];
-            node.gpus >= need.g && crate::config::model_fits(want, &node.gpu_model)
-        };
-        let picks: Vec<NodeId> =
-            c.free[pool].iter().rev().map(|&(_, n)| n).filter(fits).take(need.w as usize).collect();
-        if !picks.is_empty() {
-            return picks.into_iter().map(|n| (n, drained_at(c, &c.nodes[n.0 as usize], now))).collect();
+        let fits = |node: &&Node| node.gpus >= g && crate::config::model_fits(want, &node.gpu_model);
+        let mut nodes: Vec<(Time, NodeId, u32)> = c.pools[pool]
+            .ready
+            .iter()
+            .map(|n| &c.nodes[n.0 as usize])
+            .filter(fits)
+            .map(|n| (drained_at(c, n, now), n.id, n.gpus / g))
+            .collect();
+        nodes.sort_unstable();
+        let (mut workers, mut held) = (0u32, Vec::new());
+        for (at, n, slots) in nodes {
+            held.push((n, at));
+            workers = workers.saturating_add(slots);
+            if workers >= need.w {
+                let start = at;
+                return held.into_iter().map(|(n, _)| (n, start)).collect();
+            }
         }
     }
     Vec::new()

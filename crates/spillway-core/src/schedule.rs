@@ -414,10 +414,14 @@ impl<'a> Pass<'a> {
                 self.hold(c, id);
             } else {
                 // Inside its budget it holds nodes softly: jobs that end before it could start there still may.
-                self.reservations += 1;
                 let need = Need::of(&c.jobs[id.0 as usize], now);
-                let held = crate::budget_place::shadow_hold(c, cfg, &self.pool_order[need.tier], &need, now);
+                let mut held = crate::budget_place::shadow_hold(c, cfg, &self.pool_order[need.tier], &need, now);
+                // Nodes that drain only after its budget ends would be held for nothing: it bursts before then.
+                if held.first().is_some_and(|&(_, start)| start > burst_at) {
+                    held.clear();
+                }
                 if !held.is_empty() {
+                    self.reservations += 1;
                     self.first_hold.get_or_insert(self.scanned);
                 }
                 self.shadows.extend(held);

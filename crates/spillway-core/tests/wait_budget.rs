@@ -152,8 +152,9 @@ fn a_gang_inside_its_budget_holds_owned_gpus_that_only_jobs_ending_before_it_may
     // The owned node's 8 GPUs: 4 taken for 2 hours.
     let filler = h.submit(sized(4, Some(2.0)));
     assert!(started(&h.drain(), filler).is_some());
-    // An 8-GPU gang waits inside its budget (80 minutes) for the owned node, and holds it.
-    let gang = h.submit(sized(8, Some(1.0)));
+    // An 8-GPU gang of 2 hours waits inside its budget (160 minutes) for the owned node, which drains at 2 hours:
+    // it holds it.
+    let gang = h.submit(sized(8, Some(2.0)));
     h.drain();
     assert_eq!(h.job(gang).pending, PendingReason::WaitingForFixedCapacity);
     // A 3-hour job would still run when the gang could start: it may not take the held GPUs.
@@ -164,4 +165,18 @@ fn a_gang_inside_its_budget_holds_owned_gpus_that_only_jobs_ending_before_it_may
     let short = h.submit(sized(2, Some(1.0)));
     let p = started(&h.drain(), short).expect("the short job backfills");
     assert_eq!(h.node(p[0].0).market, Market::Fixed);
+}
+
+#[test]
+fn a_gang_whose_budget_ends_before_the_owned_node_drains_holds_nothing() {
+    let mut h = Harness::new(&config(""));
+    let filler = h.submit(sized(4, Some(2.0)));
+    assert!(started(&h.drain(), filler).is_some());
+    // 8 GPUs for an hour: an 80-minute budget, over before the node drains at 2 hours. It will burst, so holding
+    // the node would only keep other work off it.
+    let gang = h.submit(sized(8, Some(1.0)));
+    h.drain();
+    assert_eq!(h.job(gang).pending, PendingReason::WaitingForFixedCapacity);
+    let long = h.submit(sized(2, Some(3.0)));
+    assert!(started(&h.drain(), long).is_some(), "the long job takes the free GPUs");
 }

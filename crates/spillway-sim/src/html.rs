@@ -260,12 +260,13 @@ fn capped_note(report: &Report) -> String {
         (Some(b), _) => {
             let spillway = report.runs.iter().find(|r| r.policy == "spillway" && report.comparable(r));
             let ratio = spillway
-                .filter(|_| b.cost_usd > 0.0)
-                .map_or(String::new(), |r| format!("; spillway costs {} of it", ratio(r.cost_usd / b.cost_usd)));
+                .filter(|r| b.cost_usd >= 0.01 && r.cost_usd > 0.0)
+                .map_or(String::new(), |r| format!(" Spillway cost {} of it.", ratio(r.cost_usd / b.cost_usd)));
             format!(
-                "The capped bound, {} (fixed {}, on-demand {}, spot {}){ratio}, is the least any policy could pay to \
-                 finish all the work by the spillway run's end ({}) within each pool's cap and each tier's markets, \
-                 with work free to wait: where caps bind, it is the yardstick to read.",
+                "Capped bound: {} (fixed {}, on-demand {}, spot {}), the least any policy could pay to finish all the \
+                 work by the spillway run's end ({}) within each pool's cap and each tier's markets, with work free to \
+                 wait until then and gangs split freely. Because work may wait, it can be well below the \
+                 instant-overflow bound; it rises above it where caps force work onto dearer pools.{ratio}",
                 usd(b.cost_usd),
                 usd(b.cost_by_market.fixed),
                 usd(b.cost_by_market.on_demand),

@@ -335,11 +335,13 @@ fn capped_line(report: &Report) -> String {
     let spillway = report.runs.iter().find(|r| r.policy == "spillway" && report.comparable(r));
     match (&report.capped_bound, &report.capped_bound_skipped) {
         (Some(b), _) => {
-            let ratio =
-                spillway.filter(|_| b.cost_usd > 0.0).map_or("-".into(), |r| format!("{:.2}", r.cost_usd / b.cost_usd));
+            // A bound under a cent (an empty input) gives no ratio worth printing.
+            let ratio = spillway
+                .filter(|r| b.cost_usd >= 0.01 && r.cost_usd > 0.0)
+                .map_or("-".into(), |r| format!("{:.2}", r.cost_usd / b.cost_usd));
             format!(
-                "{:<22} {:>12.0} {:>8} {:>11.0} {:>11.0} {:>11.0}  (caps and markets honored, all work done by \
-                 spillway's end, {}; /bound here is spillway's cost over it)\n",
+                "{:<22} {:>12.0} {:>8} {:>11.0} {:>11.0} {:>11.0}  (pool caps and tier markets, work free to wait \
+                 until spillway's end, {}, gangs divisible; /bound here is spillway's cost over it)\n",
                 "capped bound",
                 b.cost_usd.max(0.0),
                 ratio,
