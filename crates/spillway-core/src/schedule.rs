@@ -170,7 +170,8 @@ fn reserve(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Vec<(u
 impl<'a> Pass<'a> {
     /// Starts a pass over a queue of `queued` jobs; `grows[p]`: whether pool `p` can launch a node now.
     fn new(
-        (cfg, pool_order): (&'a Config, &'a [Vec<usize>]),
+        cfg: &'a Config,
+        pool_order: &'a [Vec<usize>],
         now: Time,
         remember: bool,
         grows: Vec<bool>,
@@ -470,7 +471,7 @@ impl Engine {
         let weights: Vec<f64> = self.c.teams.iter().map(|t| t.weight).collect();
         let grows: Vec<bool> = (0..self.cfg.pools.len()).map(|p| self.pool_headroom(p) > 0).collect();
         let Engine { queue, c, cfg, pool_order, exhaustive, now, .. } = self;
-        let mut pass = Pass::new((cfg, pool_order), *now, !*exhaustive, grows, queue.len());
+        let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, queue.len());
         let cut = pass.walk(queue, c, shares, weights, wake);
         for &(pool, _, n) in &pass.reserved {
             // The node may have changed while held (a victim released there); reinsert its current free GPUs.
