@@ -18,8 +18,18 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// The environment the agent adds on top of the job's own: the `SPILLWAY_*` variables, `CUDA_VISIBLE_DEVICES`
 /// and the torch.distributed rank variables. These win over a job variable of the same name.
+///
+/// For torchrun (elastic or not): `SPILLWAY_MIN_WORKERS` / `SPILLWAY_MAX_WORKERS` (`--nnodes=MIN:MAX`),
+/// `SPILLWAY_RDZV_ID` (stable for the job across attempts) and `SPILLWAY_RDZV_ENDPOINT` (`MASTER_ADDR:MASTER_PORT`:
+/// the attempt's rank-0 node, which hosts the c10d store; every change of width is a new attempt, so the next
+/// one's endpoint is a node that is still there).
 pub fn contract_env(a: &Assignment, node: u32, gpus: &[u32], checkpoint_dir: &Path) -> Vec<(String, String)> {
+    let (least, most) = a.workers_range.unwrap_or((a.world_size, a.world_size));
     vec![
+        ("SPILLWAY_MIN_WORKERS".into(), least.to_string()),
+        ("SPILLWAY_MAX_WORKERS".into(), most.to_string()),
+        ("SPILLWAY_RDZV_ID".into(), format!("spillway-job-{}", a.worker.job)),
+        ("SPILLWAY_RDZV_ENDPOINT".into(), format!("{}:{}", a.master_addr, a.master_port)),
         ("SPILLWAY_JOB_ID".into(), a.worker.job.to_string()),
         ("SPILLWAY_ATTEMPT".into(), a.worker.attempt.to_string()),
         ("SPILLWAY_NODE".into(), node.to_string()),
@@ -172,6 +182,7 @@ mod tests {
             log_path: "l".into(),
             master_addr: "127.0.0.1".into(),
             master_port: 1,
+            workers_range: None,
         }
     }
 

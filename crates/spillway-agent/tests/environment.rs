@@ -48,6 +48,10 @@ fn workers_get_a_clean_environment() {
         "WORLD_SIZE",
         "MASTER_ADDR",
         "MASTER_PORT",
+        "SPILLWAY_MIN_WORKERS",
+        "SPILLWAY_MAX_WORKERS",
+        "SPILLWAY_RDZV_ID",
+        "SPILLWAY_RDZV_ENDPOINT",
     ];
     for line in env.lines() {
         let name = line.split('=').next().unwrap_or_default();

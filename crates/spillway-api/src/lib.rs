@@ -56,6 +56,13 @@ pub struct JobSubmit {
     /// Workers in the gang (>= 1; default 1). All start together or none does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<u32>,
+    /// An elastic job's most workers (another name for `workers`; give one of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_workers: Option<u32>,
+    /// An elastic job's fewest workers: it starts once these fit, grows toward its most into free capacity, and
+    /// shrinks (restarting from its checkpoint) down to these when a node it uses goes. Absent: rigid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_workers: Option<u32>,
     /// The command: program and arguments, never a shell string (write `sh -c` to get one).
     pub argv: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -586,6 +593,10 @@ pub struct Assignment {
     /// `MASTER_ADDR` / `MASTER_PORT` for gangs.
     pub master_addr: String,
     pub master_port: u16,
+    /// The job's fewest and most workers (equal for a rigid job): `SPILLWAY_MIN_WORKERS` / `SPILLWAY_MAX_WORKERS`,
+    /// for `torchrun --nnodes=MIN:MAX`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers_range: Option<(u32, u32)>,
 }
 
 /// Stop a worker: send `signal` (`SIGTERM` by default) to its process group, wait `grace_ms`, then kill it.

@@ -62,7 +62,7 @@ impl Need {
     pub(crate) fn of(job: &Job, now: Time) -> Need {
         Need {
             g: job.spec.gpus_per_worker,
-            w: job.spec.workers,
+            w: job.gang.workers,
             model: job.spec.gpu_model.clone(),
             access: Access::of(job, now),
             tier: job.tier,

@@ -36,6 +36,9 @@ pub enum SubmitError {
     /// any could, and `room` says where (empty when none holds one).
     #[error("workers: {} of {} cannot run: the largest gang tier {tier} could ever run is {largest}{room}", count(*workers, "worker"), count(*gpus, "GPU"))]
     GangTooLarge { workers: u32, gpus: u32, tier: String, largest: u32, room: String },
+    /// An elastic job's fewest workers exceed its most.
+    #[error("min_workers: {min} is more than max_workers ({max})")]
+    ElasticRange { min: u32, max: u32 },
     /// A text field is longer than the engine keeps.
     #[error("{field}: {len} bytes is too long (at most {max})")]
     TooLong { field: &'static str, len: usize, max: usize },
@@ -53,6 +56,7 @@ impl SubmitError {
                 f
             }
             SubmitError::TooLarge { .. } => "gpus",
+            SubmitError::ElasticRange { .. } => "min_workers",
             SubmitError::NoSuchModel { .. } => "gpu_type",
             SubmitError::OverQuota { .. } | SubmitError::GangOverflow { .. } | SubmitError::GangTooLarge { .. } => {
                 "workers"
@@ -114,6 +118,13 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     if spec.workers == 0 {
         return Err(SubmitError::Zero("workers"));
     }
+    match spec.min_workers {
+        Some(0) => return Err(SubmitError::Zero("min_workers")),
+        Some(min) if min > spec.workers => {
+            return Err(SubmitError::ElasticRange { min, max: spec.workers });
+        }
+        _ => {}
+    }
     check_times(spec)?;
     let largest = cfg.largest_node_gpus(tier, spec.gpu_model.as_deref());
     if let (0, Some(model)) = (largest, &spec.gpu_model) {
@@ -165,9 +176,12 @@ fn check_times(spec: &JobSpec) -> Result<(), SubmitError> {
     Ok(())
 }
 
-/// Returns the GPUs the whole gang needs, or a refusal when the product overflows.
+/// Returns the GPUs the job needs to start (all its workers, or an elastic job's fewest), or a refusal when the
+/// product of GPUs and its most workers overflows.
 fn gang_gpus(spec: &JobSpec) -> Result<u32, SubmitError> {
-    spec.checked_total_gpus().ok_or(SubmitError::GangOverflow { gpus: spec.gpus_per_worker, workers: spec.workers })
+    let overflow = SubmitError::GangOverflow { gpus: spec.gpus_per_worker, workers: spec.workers };
+    spec.checked_total_gpus().ok_or(overflow)?;
+    Ok(spec.gpus_per_worker.saturating_mul(spec.fewest_workers()))
 }
 
 /// Refuses a gang that no single pool the job may use could ever hold: it would wait for ever, and keep the
@@ -177,7 +191,8 @@ fn check_gang_fits(cfg: &Config, tier: usize, spec: &JobSpec) -> Result<(), Subm
     let interruptible = spec.interruptible.unwrap_or(t.interruptible);
     let room = cfg.largest_gang(tier, spec.gpus_per_worker, spec.gpu_model.as_deref(), interruptible);
     let largest = room.map_or(0, |r| r.workers);
-    if spec.workers <= largest {
+    // An elastic job needs only its fewest workers to fit; it grows as far as room allows.
+    if spec.fewest_workers() <= largest {
         return Ok(());
     }
     let room = match room {
@@ -197,7 +212,7 @@ fn check_gang_fits(cfg: &Config, tier: usize, spec: &JobSpec) -> Result<(), Subm
         None => " (no pool it may use may have a node now that holds a worker of this size)".to_string(),
     };
     Err(SubmitError::GangTooLarge {
-        workers: spec.workers,
+        workers: spec.fewest_workers(),
         gpus: spec.gpus_per_worker,
         tier: t.name.clone(),
         largest,
@@ -285,7 +300,8 @@ impl Engine {
         let id = JobId(self.c.jobs.len() as u32);
         let gang = Gang {
             gpus_per_worker: spec.gpus_per_worker,
-            workers: spec.workers,
+            workers: spec.fewest_workers(),
+            max_workers: spec.workers,
             kind: self.queue.kind(spec.gpus_per_worker, spec.gpu_model.as_deref()),
             deadline_governs: spec.deadline.is_some() && spec.expected_duration_ms.is_some(),
         };
@@ -525,6 +541,7 @@ impl Engine {
         self.track_budgets();
         self.track_targets(&mut wake);
         let mut blocked = self.schedule(&mut wake);
+        self.grow_elastic(&mut wake);
         // Jobs moved back to spot need spot capacity now, like any blocked job; jobs that want to move get spot
         // capacity bought first (shadow demand) and move once it is ready.
         let (moved, shadow, watching) = self.return_to_spot(&mut wake);
@@ -570,6 +587,9 @@ impl Engine {
     pub(crate) fn start_job(&mut self, id: JobId, placement: Vec<(NodeId, u32)>) {
         let now = self.now;
         let j = &mut self.c.jobs[id.0 as usize];
+        if j.is_elastic() {
+            self.elastic.insert(id);
+        }
         j.state = JobState::Running;
         j.attempt += 1;
         j.attempt_start = Some(now);
@@ -610,7 +630,8 @@ impl Engine {
             StopReason::Interrupted { checkpoint: true } | StopReason::Migrated => (0, ck_ms),
             _ => (j.unsaved_work_ms(now), 0),
         };
-        self.c.counters.lost_gpu_ms += lost_ms as i128 * j.total_gpus() as i128;
+        let gpus: u32 = j.placement.iter().map(|&(_, g)| g).sum();
+        self.c.counters.lost_gpu_ms += lost_ms as i128 * gpus as i128;
         self.c.counters.requeues += 1;
         let attempt = j.attempt;
         self.c.release(id, now);

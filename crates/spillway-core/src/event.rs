@@ -132,6 +132,8 @@ pub enum StopReason {
     Migrated,
     /// The daemon stopped and ended its node's processes; it is requeued and runs again after the restart.
     Shutdown,
+    /// An elastic job changes width: this attempt stops and the next starts at once on `to` workers.
+    Resized { from: u32, to: u32 },
 }
 
 impl std::fmt::Display for StopReason {
@@ -145,6 +147,7 @@ impl std::fmt::Display for StopReason {
             StopReason::Interrupted { checkpoint: false } => write!(f, "spot interruption, no time to checkpoint"),
             StopReason::Migrated => write!(f, "moved to on-demand for its deadline"),
             StopReason::Shutdown => write!(f, "the daemon stopped"),
+            StopReason::Resized { from, to } => write!(f, "resized from {from} to {to} workers"),
         }
     }
 }
@@ -221,6 +224,8 @@ pub enum DecisionKind {
     JobPending,
     JobPreempted,
     JobRequeued,
+    /// An elastic job changed width.
+    JobResized,
     JobFinished,
     ScaleOut,
     ScaleOutBlocked,

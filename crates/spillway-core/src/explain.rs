@@ -85,7 +85,7 @@ impl Engine {
     fn why_waiting(&self, id: JobId, now: Time) -> Vec<Reason> {
         let j = &self.c.jobs[id.0 as usize];
         let tier = &self.cfg.tiers[j.tier];
-        let (g, w) = (j.spec.gpus_per_worker, j.spec.workers);
+        let (g, w) = (j.spec.gpus_per_worker, j.gang.workers);
         let waited = crate::time::fmt_ms(now - j.queued_since);
         let team = &self.c.teams[j.team];
         let mut out = Vec::new();
@@ -137,7 +137,7 @@ impl Engine {
     /// Returns why pool `p` does not hold queued job `id` now.
     fn pool_for_job(&self, id: JobId, p: usize) -> Vec<Reason> {
         let (j, pool) = (&self.c.jobs[id.0 as usize], &self.cfg.pools[p]);
-        let (g, w, model) = (j.spec.gpus_per_worker, j.spec.workers, j.spec.gpu_model.as_deref());
+        let (g, w, model) = (j.spec.gpus_per_worker, j.gang.workers, j.spec.gpu_model.as_deref());
         let name = pool.name.as_str();
         if !self.cfg.pool_holds(p, g, model) && pool.market != Market::Fixed {
             let text = format!("pool {name}: no instance type holds a worker of {g} GPUs");

@@ -15,8 +15,9 @@ impl Engine {
         for j in &self.c.jobs {
             match j.state {
                 JobState::Running => {
-                    if j.placement.len() != j.spec.workers as usize {
-                        return Err(format!("job {} runs {} of {} workers", j.id.0, j.placement.len(), j.spec.workers));
+                    let (w, least, most) = (j.placement.len(), j.gang.workers as usize, j.gang.max_workers as usize);
+                    if w < least || w > most {
+                        return Err(format!("job {} runs {w} workers, outside {least}..={most}", j.id.0));
                     }
                     for &(n, g) in &j.placement {
                         let node = &self.c.nodes[n.0 as usize];

@@ -19,7 +19,13 @@ pub struct JobSpec {
     pub tier: String,
     pub team: String,
     pub gpus_per_worker: u32,
+    /// Workers a rigid job always runs; an elastic job's most (`max_workers` in the API and job files).
+    #[serde(alias = "max_workers")]
     pub workers: u32,
+    /// An elastic job's fewest workers: it starts once these fit, grows toward `workers` into free capacity and
+    /// shrinks no further than this. `None`: rigid (`workers` always).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_workers: Option<u32>,
     /// A GPU model the job needs; `None`: any.
     pub gpu_model: Option<String>,
     /// `None`: the tier's default.
@@ -36,6 +42,16 @@ impl JobSpec {
     /// `u32` (a spec no cluster can hold; `check_spec` refuses it).
     pub fn checked_total_gpus(&self) -> Option<u32> {
         self.gpus_per_worker.checked_mul(self.workers)
+    }
+
+    /// Returns the fewest workers the job runs on: `min_workers` for an elastic job, else `workers`.
+    pub fn fewest_workers(&self) -> u32 {
+        self.min_workers.unwrap_or(self.workers).min(self.workers)
+    }
+
+    /// Returns whether the job may run on fewer workers than it asks for.
+    pub fn is_elastic(&self) -> bool {
+        self.fewest_workers() < self.workers
     }
 }
 
@@ -139,7 +155,11 @@ pub struct Job {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gang {
     pub gpus_per_worker: u32,
+    /// Workers the job needs to start: all of them for a rigid job, its fewest for an elastic one (what
+    /// placement, scale-out and the queue's sizes count).
     pub workers: u32,
+    /// Workers it runs on at most (equal to `workers` for a rigid job).
+    pub max_workers: u32,
     /// The engine's number for (GPUs per worker, GPU model): equal numbers, equal needs.
     pub kind: u32,
     /// The spec has a deadline and a duration.
@@ -151,6 +171,11 @@ impl Job {
     /// [`crate::Engine::submit_refused`] may carry sizes whose product overflows.
     pub fn total_gpus(&self) -> u32 {
         self.gang.gpus_per_worker.saturating_mul(self.gang.workers)
+    }
+
+    /// Returns whether the job may run on fewer workers than its most (an elastic job).
+    pub fn is_elastic(&self) -> bool {
+        self.gang.workers < self.gang.max_workers
     }
 
     /// Returns whether the job's deadline decides its use of spot (it has a deadline and a declared duration),

@@ -8,7 +8,9 @@ use crate::model::{JobId, JobState, NodeId};
 use crate::time::{Time, secs};
 
 /// Picks nodes for every worker of `job` by stopping jobs of strictly lower, preemptible tiers, choosing the
-/// nodes whose victims lose the least work. Returns (node per worker, victims), or `None`.
+/// nodes whose victims lose the least work: work lost by rigid jobs first, then by elastic jobs running above
+/// their fewest workers (which restart narrower at once), so a node where only such elastic jobs stop comes
+/// before one where a rigid job loses work. Returns (node per worker, victims), or `None`.
 pub(crate) fn find_victims(
     c: &Cluster,
     cfg: &Config,
@@ -20,10 +22,10 @@ pub(crate) fn find_victims(
     let want = job.model.as_deref();
     let prio = cfg.tiers[job.tier].priority;
     // One buffer for every node's candidates (a pass may look at hundreds of nodes for each of 16 jobs).
-    let mut cands: Vec<(i128, JobId, u32)> = Vec::new();
+    let mut cands: Vec<Victim> = Vec::new();
     for pool in job_pools(cfg, order, job.access) {
         // (lost GPU-ms, node) per candidate node; its victims are found again for the nodes chosen.
-        let mut options: Vec<(i128, NodeId)> = Vec::new();
+        let mut options: Vec<(Lost, NodeId)> = Vec::new();
         let nodes = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]).filter(|n| n.gpus >= g);
         for node in nodes.filter(|n| model_fits(want, &n.gpu_model)).take(cfg.policy.preemption_node_limit) {
             if let Some((cost, victims)) = node_victims(c, cfg, prio, node, g, now, &mut cands)
@@ -51,8 +53,15 @@ pub(crate) fn find_victims(
     None
 }
 
+/// GPU-ms of work lost: (by rigid jobs and elastic jobs at their fewest workers, by elastic jobs above it).
+type Lost = (i128, i128);
+/// A candidate victim on a node: (whether it is rigid or at its fewest workers, work it loses), the job, its
+/// GPUs there.
+type Victim = ((bool, i128), JobId, u32);
+
 /// Finds the jobs to stop on `node` so it has `g` free GPUs: running jobs of tiers below priority `prio` that
-/// are preemptible and interruptible, those that lose the least work first. Returns (work lost in GPU-ms, how
+/// are preemptible and interruptible; elastic jobs running above their fewest workers first (they restart
+/// narrower at once, see `elastic`), then those that lose the least work. Returns (work lost in GPU-ms, how
 /// many), leaving the victims in `cands`; `None` when stopping every candidate does not free enough. A node
 /// with `g` GPUs free already needs none.
 fn node_victims(
@@ -62,11 +71,11 @@ fn node_victims(
     node: &crate::model::Node,
     g: u32,
     now: Time,
-    cands: &mut Vec<(i128, JobId, u32)>,
-) -> Option<(i128, usize)> {
+    cands: &mut Vec<Victim>,
+) -> Option<(Lost, usize)> {
     cands.clear();
     if node.free() >= g {
-        return Some((0, 0));
+        return Some(((0, 0), 0));
     }
     cands.extend(
         node.jobs
@@ -79,17 +88,23 @@ fn node_victims(
             })
             .map(|v| {
                 let held: u32 = v.placement.iter().filter(|(n, _)| *n == node.id).map(|(_, x)| x).sum();
-                (v.unsaved_work_ms(now) as i128 * v.total_gpus() as i128, v.id, held)
+                let gpus: u32 = v.placement.iter().map(|&(_, x)| x).sum();
+                let rigid = v.placement.len() <= v.gang.workers as usize;
+                ((rigid, v.unsaved_work_ms(now) as i128 * gpus as i128), v.id, held)
             }),
     );
     cands.sort();
-    let (mut free, mut cost, mut taken) = (node.free(), 0i128, 0usize);
-    for &(lost, _, held) in cands.iter() {
+    let (mut free, mut cost, mut taken) = (node.free(), (0i128, 0i128), 0usize);
+    for &((rigid, lost), _, held) in cands.iter() {
         if free >= g {
             break;
         }
         free += held;
-        cost += lost;
+        if rigid {
+            cost.0 += lost;
+        } else {
+            cost.1 += lost;
+        }
         taken += 1;
     }
     cands.truncate(taken);

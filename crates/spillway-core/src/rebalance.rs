@@ -135,7 +135,7 @@ impl Engine {
     /// Returns whether a ready spot node the job may use has room for every worker of it.
     fn spot_node_ready_for(&self, id: JobId) -> bool {
         let j = &self.c.jobs[id.0 as usize];
-        let (g, w, model) = (j.spec.gpus_per_worker, j.spec.workers, j.spec.gpu_model.as_deref());
+        let (g, w, model) = (j.spec.gpus_per_worker, j.gang.workers, j.spec.gpu_model.as_deref());
         self.pool_order[j.tier].iter().filter(|&&p| self.cfg.pools[p].market == Market::Spot).any(|&p| {
             let slots: u32 = self.c.free[p]
                 .range((g, crate::model::NodeId(0))..)

@@ -405,7 +405,7 @@ impl Planner<'_> {
                 && e.pick_instance_type(
                     p,
                     Want::Job(job),
-                    job.spec.workers,
+                    job.gang.workers,
                     u32::MAX,
                     &self.quota_left,
                     &mut WakeAt::default(),
@@ -434,7 +434,7 @@ impl Planner<'_> {
     fn in_pool(&mut self, id: JobId, p: usize, wake: &mut WakeAt) -> InPool {
         let e = self.e;
         let (now, job) = (e.now, &e.c.jobs[id.0 as usize]);
-        let (g, w, model) = (job.spec.gpus_per_worker, job.spec.workers, job.spec.gpu_model.as_deref());
+        let (g, w, model) = (job.spec.gpus_per_worker, job.gang.workers, job.spec.gpu_model.as_deref());
         let room = self.limits.maxes[p].saturating_sub(e.c.pools[p].alive + self.planned[p]);
         let free_pool = !self.out.starved.contains_key(&p);
         let claims = |left: u32, room: u32| w > 1 && free_pool && (left == 0 || room > 0);
@@ -504,7 +504,7 @@ impl Planner<'_> {
     fn buy(&mut self, id: JobId, p: usize, it: usize, n: u32) {
         let e = self.e;
         let job = &e.c.jobs[id.0 as usize];
-        let (g, w) = (job.spec.gpus_per_worker, job.spec.workers);
+        let (g, w) = (job.spec.gpus_per_worker, job.gang.workers);
         self.limits.headroom[p] -= n;
         self.planned[p] += n;
         crate::quota::take_quota(&e.cfg, it, e.cfg.pools[p].market, n, &mut self.quota_left);

@@ -107,6 +107,9 @@ struct Pass<'a> {
     reserved: Vec<(usize, u32, NodeId)>,
     /// A buffer for placement searches.
     slots: Vec<(Slot, u32)>,
+    /// Per pool: queued jobs not yet started that may use it (an elastic job starts wider only where no other
+    /// would).
+    wanting: Vec<usize>,
     /// The highest priority (lowest value) of a job whose preemption was due but that found no victims: a job
     /// of a lower, preemptible tier started later in this pass is a victim the next pass would find.
     due_without_victims: Option<u32>,
@@ -176,6 +179,7 @@ impl<'a> Pass<'a> {
         remember: bool,
         grows: Vec<bool>,
         queued: usize,
+        wanting: Vec<usize>,
     ) -> Pass<'a> {
         Pass {
             cfg,
@@ -200,6 +204,7 @@ impl<'a> Pass<'a> {
             buyers_only: false,
             reserved: Vec::new(),
             slots: Vec::new(),
+            wanting,
             due_without_victims: None,
             first_hold: None,
             last_start: None,
@@ -286,7 +291,8 @@ impl<'a> Pass<'a> {
                     crate::budget_place::find(c, cfg, order, &need, rule, &mut self.slots)
                 }
             };
-            if let Some(placement) = found {
+            if let Some(mut placement) = found {
+                self.widen(c, id, &mut placement);
                 self.start(c, id, placement);
                 return;
             }
@@ -336,8 +342,21 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// Adds workers to an elastic job's placement where no other queued job may use its pool (see `elastic`).
+    fn widen(&self, c: &Cluster, id: JobId, placement: &mut Vec<(NodeId, u32)>) {
+        let job = &c.jobs[id.0 as usize];
+        let pool = placement.first().map(|&(n, _)| c.nodes[n.0 as usize].pool);
+        if let Some(p) = pool.filter(|&p| job.is_elastic() && self.wanting[p] <= 1) {
+            let extra = crate::elastic::extra_workers(self.cfg, c, job, p, placement, true, &self.shadows);
+            placement.extend(extra);
+        }
+    }
+
     /// Binds a placement and notes the start.
     fn start(&mut self, c: &mut Cluster, id: JobId, placement: Vec<(NodeId, u32)>) {
+        for &p in &self.pool_order[c.jobs[id.0 as usize].tier] {
+            self.wanting[p] = self.wanting[p].saturating_sub(1);
+        }
         for &(n, g) in &placement {
             c.bind(id, n, g);
         }
@@ -471,7 +490,10 @@ impl Engine {
         let weights: Vec<f64> = self.c.teams.iter().map(|t| t.weight).collect();
         let grows: Vec<bool> = (0..self.cfg.pools.len()).map(|p| self.pool_headroom(p) > 0).collect();
         let Engine { queue, c, cfg, pool_order, exhaustive, now, .. } = self;
-        let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, queue.len());
+        let wanting = (0..cfg.pools.len())
+            .map(|p| (0..pool_order.len()).filter(|&t| pool_order[t].contains(&p)).map(|t| queue.tier_len(t)).sum())
+            .collect();
+        let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, queue.len(), wanting);
         let cut = pass.walk(queue, c, shares, weights, wake);
         for &(pool, _, n) in &pass.reserved {
             // The node may have changed while held (a victim released there); reinsert its current free GPUs.

@@ -58,6 +58,8 @@ pub struct Engine {
     pub(crate) budgets: Vec<BudgetState>,
     /// Per team (index): a budget's hard cap holds, so no cloud capacity is bought for its work.
     pub(crate) capped: Vec<bool>,
+    /// Elastic jobs started and perhaps still running (see `elastic`; ended ones are dropped when next looked at).
+    pub(crate) elastic: std::collections::BTreeSet<JobId>,
 }
 
 impl Engine {
@@ -94,6 +96,7 @@ impl Engine {
             next_wake: None,
             budgets: vec![BudgetState::default(); cfg_budgets],
             capped: Vec::new(),
+            elastic: std::collections::BTreeSet::new(),
         }
     }
 }

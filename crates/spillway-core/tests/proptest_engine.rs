@@ -409,6 +409,7 @@ fn workload(cfg: &Config, case: &Case) -> Vec<(Time, Time, JobSpec)> {
             team: team.into(),
             gpus_per_worker: g,
             workers: w,
+            min_workers: None,
             gpu_model: None,
             interruptible: None,
             checkpoint_interval_ms: None,

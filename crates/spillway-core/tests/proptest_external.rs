@@ -228,6 +228,7 @@ impl World {
                     team: "own".into(),
                     gpus_per_worker: 8,
                     workers: 1,
+                    min_workers: None,
                     gpu_model: None,
                     interruptible: None,
                     checkpoint_interval_ms: None,

@@ -327,12 +327,19 @@ fn spec_of(req: &JobSubmit, team: String, now: Time) -> ApiResult<JobSpec> {
         ),
         None => None,
     };
+    let workers = match (req.workers, req.max_workers) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(bad("max_workers", "max_workers and workers name the same thing and differ: give one"));
+        }
+        (a, b) => a.or(b).unwrap_or(1),
+    };
     Ok(JobSpec {
         name: req.name.clone().unwrap_or_else(|| "job".into()),
         tier: req.tier.clone(),
         team,
         gpus_per_worker: req.gpus,
-        workers: req.workers.unwrap_or(1),
+        workers,
+        min_workers: req.min_workers,
         gpu_model: req.gpu_model.clone(),
         interruptible: req.interruptible,
         checkpoint_interval_ms: req.checkpoint_interval_s.map(ms),

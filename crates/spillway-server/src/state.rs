@@ -479,6 +479,7 @@ impl State {
             master_addr: "127.0.0.1".into(),
             // A port per job, away from the well-known range, so gangs on one machine do not collide.
             master_port: 29_500 + (j.id.0 % 20_000) as u16,
+            workers_range: Some((j.gang.workers, j.gang.max_workers)),
         }
     }
 

@@ -282,6 +282,7 @@ mod tests {
             team: "default".into(),
             gpus_per_worker: 2,
             workers: 1,
+            min_workers: None,
             gpu_model: None,
             interruptible: None,
             checkpoint_interval_ms: None,

@@ -55,6 +55,7 @@ pub fn decision_kind(k: DecisionKind) -> &'static str {
         DecisionKind::JobPending => "job_pending",
         DecisionKind::JobPreempted => "job_preempted",
         DecisionKind::JobRequeued => "job_requeued",
+        DecisionKind::JobResized => "job_resized",
         DecisionKind::JobFinished => "job_finished",
         DecisionKind::ScaleOut => "scale_out",
         DecisionKind::ScaleOutBlocked => "scale_out_blocked",

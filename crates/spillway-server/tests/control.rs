@@ -58,6 +58,7 @@ fn spec(workers: u32) -> JobSpec {
         team: "research".into(),
         gpus_per_worker: 4,
         workers,
+        min_workers: None,
         gpu_model: None,
         interruptible: None,
         checkpoint_interval_ms: None,

@@ -52,6 +52,7 @@ fn spec() -> JobSpec {
         team: "research".into(),
         gpus_per_worker: 4,
         workers: 1,
+        min_workers: None,
         gpu_model: None,
         interruptible: None,
         checkpoint_interval_ms: None,

@@ -60,6 +60,7 @@ fn launching_for(name: &str, tier: &str) -> (State, u32) {
         team: "default".into(),
         gpus_per_worker: 1,
         workers: 1,
+        min_workers: None,
         gpu_model: None,
         interruptible: None,
         checkpoint_interval_ms: Some(60_000),

@@ -120,6 +120,7 @@ max_nodes = 100
         team: format!("team{}", i % 8),
         gpus_per_worker: gpus,
         workers: 1,
+        min_workers: None,
         gpu_model: None,
         interruptible: None,
         checkpoint_interval_ms: None,

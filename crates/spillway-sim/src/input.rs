@@ -10,8 +10,25 @@ use spillway_core::{Config, JobSpec, SubmitError, check_spec};
 pub struct SimJob {
     /// Milliseconds from the start of the trace.
     pub submit_ms: Millis,
+    /// Run time on all of `spec.workers` (an elastic job's most).
     pub duration_ms: Millis,
     pub spec: JobSpec,
+    /// An elastic job's scaling curve: the serial fraction of Amdahl's law (0: linear). See [`SimJob::speed`].
+    pub serial_fraction: f64,
+}
+
+impl SimJob {
+    /// Returns the share of full speed a job runs at on `width` of its workers: speedup(width) / speedup(most),
+    /// with Amdahl's speedup 1 / (f + (1 - f) / w) for serial fraction f. 1 on all its workers.
+    pub fn speed(&self, width: u32) -> f64 {
+        speed(self.serial_fraction, width, self.spec.workers)
+    }
+}
+
+/// Returns speedup(`width`) / speedup(`most`) under Amdahl's law with serial fraction `f` (see [`SimJob::speed`]).
+pub fn speed(f: f64, width: u32, most: u32) -> f64 {
+    let up = |w: u32| 1.0 / (f + (1.0 - f) / f64::from(w.max(1)));
+    if width >= most { 1.0 } else { up(width) / up(most) }
 }
 
 /// Returns the trace's jobs as engine specs sorted by submission (stable, so file order breaks ties), or the
@@ -29,7 +46,8 @@ pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceErro
                 message: e.to_string(),
             });
         }
-        out.push(SimJob { submit_ms: secs(j.submit_s), duration_ms: secs(j.duration_s).max(1), spec });
+        let (submit_ms, duration_ms) = (secs(j.submit_s), secs(j.duration_s).max(1));
+        out.push(SimJob { submit_ms, duration_ms, spec, serial_fraction: j.serial_fraction.unwrap_or(0.0) });
     }
     out.sort_by_key(|j| j.submit_ms);
     Ok(out)
@@ -55,10 +73,83 @@ fn spec_of(j: &TraceJob, t0: i64) -> JobSpec {
         team: j.team.clone().unwrap_or_else(|| "default".into()),
         gpus_per_worker: j.gpus,
         workers: j.workers,
+        min_workers: j.min_workers,
         gpu_model: j.gpu_type.clone(),
         interruptible: j.interruptible,
         checkpoint_interval_ms: j.checkpoint_interval_s.map(secs),
         deadline: j.deadline_s.map(|d| t0 + secs(d)),
         expected_duration_ms: Some(secs(j.duration_s).max(1)),
+    }
+}
+
+/// Makes a seeded `share` of the jobs with 2 or more GPUs elastic, as data-parallel jobs of 1-GPU workers: a job
+/// of G GPUs gets G workers of 1 GPU, and (unless `rigid`) may run on as few as half of them, rounded up. With
+/// `rigid` the same jobs get the same shape but stay rigid, so the two runs differ only in elasticity. Which jobs
+/// are picked depends on `seed` and their place in `jobs` only. Returns how many jobs were reshaped.
+pub fn make_elastic(jobs: &mut [SimJob], share: f64, rigid: bool, seed: u64) -> usize {
+    let mut n = 0;
+    for (i, j) in jobs.iter_mut().enumerate() {
+        let total = j.spec.gpus_per_worker.saturating_mul(j.spec.workers);
+        if total < 2 || pick(seed, i as u64) >= share {
+            continue;
+        }
+        j.spec.gpus_per_worker = 1;
+        j.spec.workers = total;
+        j.spec.min_workers = (!rigid).then_some(total.div_ceil(2));
+        n += 1;
+    }
+    n
+}
+
+/// Returns a number in [0, 1) drawn from `seed` and `i` by hashing (splitmix64), so picking jobs touches no RNG.
+fn pick(seed: u64, i: u64) -> f64 {
+    let mut x = seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(gpus: u32) -> SimJob {
+        let spec = JobSpec {
+            name: "j".into(),
+            tier: "p1".into(),
+            team: "t".into(),
+            gpus_per_worker: gpus,
+            workers: 1,
+            min_workers: None,
+            gpu_model: None,
+            interruptible: None,
+            checkpoint_interval_ms: None,
+            deadline: None,
+            expected_duration_ms: None,
+        };
+        SimJob { submit_ms: 0, duration_ms: 1, spec, serial_fraction: 0.0 }
+    }
+
+    #[test]
+    fn elastic_and_rigid_runs_reshape_the_same_jobs_the_same_way() {
+        let mut a: Vec<SimJob> = (0..200).map(|i| job(1 + i % 8)).collect();
+        let mut b = a.clone();
+        let n = make_elastic(&mut a, 0.5, false, 7);
+        assert_eq!(n, make_elastic(&mut b, 0.5, true, 7));
+        assert!(n > 60 && n < 120, "{n}");
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((x.spec.gpus_per_worker, x.spec.workers), (y.spec.gpus_per_worker, y.spec.workers));
+            assert_eq!(x.spec.is_elastic(), x.spec.workers > 1 && x.spec.gpus_per_worker == 1 && y.spec.workers > 1);
+            assert!(!y.spec.is_elastic());
+        }
+    }
+
+    #[test]
+    fn speed_follows_amdahls_law_and_is_whole_on_all_workers() {
+        assert_eq!(speed(0.0, 2, 4), 0.5);
+        assert_eq!(speed(0.3, 4, 4), 1.0);
+        // f = 0.5: speedup(1) = 1, speedup(2) = 4/3.
+        assert!((speed(0.5, 1, 2) - 0.75).abs() < 1e-12);
     }
 }

@@ -59,6 +59,9 @@ pub struct SimOptions {
     pub keep_actions: bool,
     /// Where decision records go when `record` is on: `SimOutcome::decisions` by default, or a callback.
     pub decisions_to: DecisionSink,
+    /// What each restart of an elastic job after its first start costs before it makes progress again (the
+    /// group re-forms and reloads its checkpoint).
+    pub elastic_restart_ms: Millis,
 }
 
 /// A callback that takes each decision record as the engine makes it, so a long run (`events.jsonl` of a
@@ -97,6 +100,7 @@ impl Default for SimOptions {
             extra_wakes_ms: Vec::new(),
             keep_actions: false,
             decisions_to: DecisionSink::default(),
+            elastic_restart_ms: 60_000,
         }
     }
 }
@@ -118,12 +122,35 @@ enum SimEvent {
     Sample,
 }
 
-/// What the simulator knows that the engine does not: each job's true remaining work.
+/// What the simulator knows that the engine does not: each job's true remaining work (in ms on all its workers)
+/// and how its current attempt runs.
 #[derive(Debug, Clone, Copy)]
 struct Truth {
     remaining_ms: Millis,
     attempt_start: Time,
     checkpoint_ms: Option<Millis>,
+    /// GPUs it needs to start (an elastic job's fewest workers), and GPUs its current attempt holds.
+    need_gpus: i64,
+    gpus: i64,
+    /// The current attempt's share of full speed (see `SimJob::speed`), and the time it spends restarting first.
+    speed: f64,
+    restart_ms: Millis,
+    serial_fraction: f64,
+    most_workers: u32,
+    elastic: bool,
+    started: bool,
+}
+
+impl Truth {
+    /// Returns the wall time of the current attempt that the work saved at its stop covers: all of it with a
+    /// checkpoint written on the signal, else up to the last checkpoint on the interval (none without one).
+    fn saved_wall(&self, elapsed: Millis, reason: StopReason) -> Millis {
+        match (reason, self.checkpoint_ms) {
+            (StopReason::Interrupted { checkpoint: true } | StopReason::Migrated, _) => elapsed,
+            (_, Some(iv)) if iv > 0 => (elapsed / iv) * iv,
+            _ => 0,
+        }
+    }
 }
 
 /// The result of a run: the engine at its end (for the report), samples, decisions and counts.
@@ -408,9 +435,22 @@ impl<'a> Sim<'a> {
         };
         let ck = self.engine.job(id).and_then(|x| x.checkpoint_interval_ms);
         debug_assert_eq!(id.0 as usize, self.truth.len());
-        self.truth.push(Truth { remaining_ms: j.duration_ms, attempt_start: 0, checkpoint_ms: ck });
+        let need_gpus = i64::from(j.spec.gpus_per_worker) * i64::from(j.spec.fewest_workers());
+        self.truth.push(Truth {
+            remaining_ms: j.duration_ms,
+            attempt_start: 0,
+            checkpoint_ms: ck,
+            need_gpus,
+            gpus: 0,
+            speed: 1.0,
+            restart_ms: 0,
+            serial_fraction: j.serial_fraction,
+            most_workers: j.spec.workers,
+            elastic: j.spec.is_elastic(),
+            started: false,
+        });
         if queued {
-            self.queued_gpus += (j.spec.gpus_per_worker * j.spec.workers) as i64;
+            self.queued_gpus += need_gpus;
         }
         Ok(())
     }
@@ -449,7 +489,7 @@ impl<'a> Sim<'a> {
                 if running {
                     self.finished += 1;
                     self.last_end = now;
-                    self.running_gpus -= self.engine.job(job).map_or(0, |j| j.total_gpus() as i64);
+                    self.running_gpus -= self.truth[job.0 as usize].gpus;
                 }
                 self.engine.handle_event(now, Event::JobExited { job, attempt, success: true, exit: None })
             }
@@ -513,10 +553,16 @@ impl<'a> Sim<'a> {
                 }
                 let t = &mut self.truth[job.0 as usize];
                 t.attempt_start = now;
-                let end = now + t.remaining_ms;
-                let g = self.engine.job(job).map_or(0, |j| j.total_gpus() as i64);
-                self.queued_gpus -= g;
-                self.running_gpus += g;
+                // An elastic job runs at the speed its width gives, after re-forming its group on every start
+                // but the first.
+                t.speed = crate::input::speed(t.serial_fraction, placement.len() as u32, t.most_workers);
+                t.restart_ms = if t.elastic && t.started { self.opts.elastic_restart_ms.max(0) } else { 0 };
+                t.started = true;
+                t.gpus = placement.iter().map(|&(_, g)| i64::from(g)).sum();
+                let run = (t.remaining_ms as f64 / t.speed).ceil() as Millis;
+                let end = now + t.restart_ms + run.max(1);
+                self.queued_gpus -= t.need_gpus;
+                self.running_gpus += t.gpus;
                 self.push(end, SimEvent::JobExit(job, attempt));
             }
             Action::StopJob { job, reason, .. } => {
@@ -529,21 +575,17 @@ impl<'a> Sim<'a> {
                             .broken(format!("job {} preempted by job {} of a tier not strictly higher", job.0, by.0)));
                     }
                 }
-                let g = self.engine.job(job).map_or(0, |j| j.total_gpus() as i64);
                 let t = &mut self.truth[job.0 as usize];
                 let elapsed = now - t.attempt_start;
-                // Work up to the last checkpoint survives; the rest is redone.
-                let saved = match (reason, t.checkpoint_ms) {
-                    // A checkpoint written on the signal keeps everything done so far.
-                    (StopReason::Interrupted { checkpoint: true } | StopReason::Migrated, _) => elapsed,
-                    (_, Some(iv)) if iv > 0 => (elapsed / iv) * iv,
-                    _ => 0,
-                };
-                t.remaining_ms = (t.remaining_ms - saved).max(1);
-                self.lost_gpu_ms += (elapsed - saved) as i128 * g as i128;
-                self.running_gpus -= g;
+                // Work up to the last checkpoint survives (a checkpoint written on the signal keeps everything);
+                // the rest is redone. The time spent restarting first made no progress.
+                let saved = t.saved_wall(elapsed, reason);
+                let progress = ((saved - t.restart_ms).max(0) as f64 * t.speed).floor() as Millis;
+                t.remaining_ms = (t.remaining_ms - progress).max(1);
+                self.lost_gpu_ms += (elapsed - saved) as i128 * t.gpus as i128;
+                self.running_gpus -= t.gpus;
                 if reason != StopReason::Cancelled {
-                    self.queued_gpus += g;
+                    self.queued_gpus += t.need_gpus;
                 }
             }
             // The decision record beside it says the same; a simulation posts no webhook.

@@ -55,13 +55,19 @@ fn job(i: usize, (tier, gpus, workers, minutes, submit_min): (usize, u32, u32, u
         team: "default".into(),
         gpus_per_worker: gpus,
         workers,
+        min_workers: None,
         gpu_model: None,
         interruptible: None,
         checkpoint_interval_ms: None,
         deadline: None,
         expected_duration_ms: Some(i64::from(minutes) * 60_000),
     };
-    SimJob { submit_ms: i64::from(submit_min) * 60_000, duration_ms: i64::from(minutes) * 60_000, spec }
+    SimJob {
+        submit_ms: i64::from(submit_min) * 60_000,
+        duration_ms: i64::from(minutes) * 60_000,
+        spec,
+        serial_fraction: 0.0,
+    }
 }
 
 fn workload() -> impl Strategy<Value = Vec<SimJob>> {

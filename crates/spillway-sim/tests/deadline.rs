@@ -66,13 +66,14 @@ fn run(policy: &str, trace: &Path) -> (f64, bool) {
         team: "default".into(),
         gpus_per_worker: 8,
         workers: 1,
+        min_workers: None,
         gpu_model: None,
         interruptible: Some(true),
         checkpoint_interval_ms: None,
         deadline: Some(cfg.start_ms + duration * 3 / 2),
         expected_duration_ms: Some(duration),
     };
-    let jobs = vec![SimJob { submit_ms: 0, duration_ms: duration, spec }];
+    let jobs = vec![SimJob { submit_ms: 0, duration_ms: duration, spec, serial_fraction: 0.0 }];
     let t =
         OfferingTrace { pool: "spot".into(), instance_type: "p3.16xlarge".into(), trace: load_json(trace).unwrap() };
     let opts = SimOptions { spot_traces: vec![t], ..SimOptions::default() };

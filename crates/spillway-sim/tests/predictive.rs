@@ -25,12 +25,14 @@ fn daily_peaks() -> Vec<SimJob> {
                     team: "default".into(),
                     gpus_per_worker: 8,
                     workers: 1,
+                    min_workers: None,
                     gpu_model: None,
                     interruptible: None,
                     checkpoint_interval_ms: None,
                     deadline: None,
                     expected_duration_ms: None,
                 },
+                serial_fraction: 0.0,
             });
         }
     }

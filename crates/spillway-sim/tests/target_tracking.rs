@@ -23,12 +23,14 @@ fn ramp() -> Vec<SimJob> {
                 team: "default".into(),
                 gpus_per_worker: 8,
                 workers: 1,
+                min_workers: None,
                 gpu_model: None,
                 interruptible: None,
                 checkpoint_interval_ms: None,
                 deadline: None,
                 expected_duration_ms: None,
             },
+            serial_fraction: 0.0,
         })
         .collect()
 }

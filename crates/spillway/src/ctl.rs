@@ -237,6 +237,13 @@ pub struct SubmitArgs {
     /// Workers in the gang (all start together).
     #[arg(long)]
     workers: Option<u32>,
+    /// An elastic job's most workers (another name for --workers).
+    #[arg(long)]
+    max_workers: Option<u32>,
+    /// An elastic job's fewest workers: it starts once these fit, grows toward its most into free capacity, and
+    /// shrinks to these (restarting from its checkpoint) when a node it uses goes.
+    #[arg(long)]
+    min_workers: Option<u32>,
     /// An environment variable of the job (repeatable).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     env: Vec<(String, String)>,
@@ -288,6 +295,8 @@ pub struct JobFile {
     team: Option<String>,
     gpus: Option<u32>,
     workers: Option<u32>,
+    max_workers: Option<u32>,
+    min_workers: Option<u32>,
     argv: Option<Vec<String>>,
     #[serde(default)]
     env: BTreeMap<String, String>,
@@ -339,6 +348,8 @@ pub fn build_submit(args: &SubmitArgs, file: JobFile) -> Result<JobSubmit> {
         team: args.team.clone().or(file.team),
         gpus: args.gpus.or(file.gpus).unwrap_or(1),
         workers: args.workers.or(file.workers),
+        max_workers: args.max_workers.or(file.max_workers),
+        min_workers: args.min_workers.or(file.min_workers),
         argv,
         env,
         // Relative paths in the command mean what they mean where it was typed (Slurm's default too).

@@ -82,6 +82,8 @@ fn the_job_file_covers_every_submit_field() {
         team: Some("t".into()),
         gpus: 1,
         workers: Some(1),
+        max_workers: Some(1),
+        min_workers: Some(1),
         argv: vec!["x".into()],
         env: BTreeMap::from([("K".into(), "V".into())]),
         workdir: Some("/".into()),

@@ -62,6 +62,34 @@ pub struct Args {
     /// waiting budgets size a job by its team's mean run time for the tier, or an hour before the first.
     #[arg(long)]
     hide_durations: bool,
+    /// Make this share (0-1) of the jobs with 2 or more GPUs elastic: G GPUs become G workers of 1 GPU that may
+    /// run on as few as half of them (picked by --seed; each restart of one costs --elastic-restart).
+    #[arg(long, value_parser = parse_share)]
+    elastic: Option<f64>,
+    /// With --elastic: give the same jobs the same shape but keep them rigid (the comparison run).
+    #[arg(long, requires = "elastic")]
+    elastic_rigid: bool,
+    /// What each restart of an elastic job costs before it makes progress again (re-forming its group, loading
+    /// its checkpoint).
+    #[arg(long, default_value = "60s", value_parser = parse_nonnegative)]
+    elastic_restart: f64,
+}
+
+/// Parses a share from 0 to 1.
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a share from 0 to 1")),
+    }
+}
+
+/// Parses a duration that may be zero (`60s`, `2m`, `0`).
+fn parse_nonnegative(s: &str) -> Result<f64, String> {
+    match spillway_core::config::parse_duration(s) {
+        Ok(v) if (0.0..=86_400.0).contains(&v) => Ok(v),
+        Ok(_) => Err(format!("`{s}` is not a duration from 0 to 1 day")),
+        Err(e) => Err(e),
+    }
 }
 
 /// What `--fixed-gpus` asks for.
@@ -132,6 +160,11 @@ pub fn run(args: Args) -> Result<()> {
             j.spec.expected_duration_ms = None;
         }
     }
+    if let Some(share) = args.elastic {
+        let n = spillway_sim::input::make_elastic(&mut jobs, share, args.elastic_rigid, args.seed);
+        let kind = if args.elastic_rigid { "rigid (the comparison run)" } else { "elastic" };
+        eprintln!("note: {n} jobs reshaped to 1-GPU workers, {kind}");
+    }
     let cfg = match args.fixed_gpus {
         None => cfg,
         Some(f) => {
@@ -196,6 +229,7 @@ pub fn run(args: Args) -> Result<()> {
         spot_traces,
         progress,
         decisions_to,
+        elastic_restart_ms: (args.elastic_restart * 1000.0).round() as i64,
         ..SimOptions::default()
     };
     // The shell may read the clock (only the core may not): this times the run for the user.

@@ -33,6 +33,7 @@ pub fn sh(job: u32, gpus: u32, dir: &Path, script: &str) -> Assignment {
         log_path: dir.join(format!("logs/{job}.log")).to_string_lossy().into_owned(),
         master_addr: "127.0.0.1".into(),
         master_port: 29500,
+        workers_range: Some((1, 2)),
     }
 }
 

@@ -371,6 +371,10 @@ pub struct Policy {
     /// Spot interruptions of one offering within an hour that make it back off like a capacity failure.
     #[serde(default = "default_interruption_backoff")]
     pub interruption_backoff_after: u32,
+    /// An elastic job grows no sooner than this after its last start or change of width (each change restarts
+    /// it from its checkpoint).
+    #[serde(default = "default_elastic_interval_s", deserialize_with = "secs::de")]
+    pub elastic_resize_interval_s: f64,
 }
 
 impl Default for Policy {
@@ -386,6 +390,7 @@ impl Default for Policy {
             deadline_margin_s: default_deadline_margin_s(),
             interruption_backoff_after: default_interruption_backoff(),
             deadline_policy: DeadlinePolicy::Safe,
+            elastic_resize_interval_s: default_elastic_interval_s(),
         }
     }
 }
@@ -722,6 +727,10 @@ fn default_warmup_s() -> f64 {
 fn default_notice_s() -> f64 {
     120.0
 }
+fn default_elastic_interval_s() -> f64 {
+    600.0
+}
+
 fn default_deadline_margin_s() -> f64 {
     600.0
 }

@@ -161,6 +161,7 @@ pub const POLICY: &[Key] = &[
     k("deadline_margin_s", Secs, "10m", "Slack a deadline job keeps before moving to on-demand."),
     k("deadline_policy", OneOf(&["safe", "greedy"]), "\"safe\"", "How deadline jobs leave spot."),
     k("interruption_backoff_after", Int, "2", "Interruptions of one offering in an hour that back it off."),
+    k("elastic_resize_interval_s", Secs, "10m", "Least time between an elastic job's start and its growth."),
 ];
 
 pub const BUDGET: &[Key] = &[

@@ -86,6 +86,10 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
     if !(raw.policy.max_offering_share > 0.0 && raw.policy.max_offering_share <= 1.0) {
         return Err(cx.err("policy", None, "max_offering_share", "must be a share in (0, 1]".into()));
     }
+    if !(raw.policy.elastic_resize_interval_s >= 0.0 && raw.policy.elastic_resize_interval_s <= 365.0 * 86_400.0) {
+        let why = "must be a number of seconds from 0 to 365 days".into();
+        return Err(cx.err("policy", None, "elastic_resize_interval_s", why));
+    }
     if !(raw.policy.deadline_margin_s >= 0.0 && raw.policy.deadline_margin_s.is_finite()) {
         return Err(cx.err("policy", None, "deadline_margin_s", "must be a finite number >= 0".into()));
     }

@@ -237,6 +237,7 @@ pub fn spec_of(tier: &str, team: &str, gpus: u32, workers: u32) -> JobSpec {
         team: team.into(),
         gpus_per_worker: gpus,
         workers,
+        min_workers: None,
         gpu_model: None,
         interruptible: None,
         checkpoint_interval_ms: None,

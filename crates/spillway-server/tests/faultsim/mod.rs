@@ -243,6 +243,7 @@ impl World {
             team: "research".into(),
             gpus_per_worker: gpus,
             workers,
+            min_workers: None,
             gpu_model: None,
             interruptible: None,
             checkpoint_interval_ms: Some(5_000),

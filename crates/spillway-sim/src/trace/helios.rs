@@ -80,6 +80,8 @@ pub fn from_series(running: &Series, pending: &Series) -> Result<Trace, TraceErr
                 interruptible: None,
                 checkpoint_interval_s: None,
                 deadline_s: None,
+                min_workers: None,
+                serial_fraction: None,
                 line: start + 2,
             });
         }

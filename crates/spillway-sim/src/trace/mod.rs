@@ -16,8 +16,13 @@ pub struct TraceJob {
     pub duration_s: f64,
     /// GPUs per worker (>= 1).
     pub gpus: u32,
-    /// Workers in the gang (>= 1).
+    /// Workers in the gang (>= 1): an elastic job's most, the width `duration_s` is measured at.
     pub workers: u32,
+    /// An elastic job's fewest workers (1..=`workers`); `None`: rigid.
+    pub min_workers: Option<u32>,
+    /// How an elastic job's speed grows with its width: the serial fraction of Amdahl's law (0: linear,
+    /// the default), so a job on `w` of its `workers` runs at speedup(w) / speedup(workers) of full speed.
+    pub serial_fraction: Option<f64>,
     /// Tier name as written in the trace (`p0`, `p1`, `p2`, ...); `None` means the format's default.
     pub tier: Option<String>,
     /// Owning team; `None` means `default`.

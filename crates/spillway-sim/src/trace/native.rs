@@ -3,9 +3,11 @@
 //! A header row names the columns, in any order; unknown columns are ignored, lines starting with `#` are
 //! comments, an empty cell means the column is absent for that row, and whitespace around a cell is ignored.
 //! Required: `job_id` (unique), `submit_s` (>= 0), `duration_s` (> 0), `gpus` (whole, >= 1). Optional:
-//! `workers` (whole, >= 1, default 1), `tier`, `team`, `gpu_type`, `interruptible` (`true`/`false`),
-//! `checkpoint_interval_s` (> 0) and `deadline_s` (> `submit_s`). Tier names are not checked here: the
-//! configuration decides which tiers exist.
+//! `workers` (whole, >= 1, default 1; `max_workers` is another name for it), `tier`, `team`, `gpu_type`,
+//! `interruptible` (`true`/`false`), `checkpoint_interval_s` (> 0), `deadline_s` (> `submit_s`), and for elastic
+//! jobs `min_workers` (whole, 1..=`workers`) and `serial_fraction` (0 <= f < 1: the job's scaling curve, Amdahl's
+//! law; 0, linear, when absent). `duration_s` is the run time on all `workers`. Tier names are not checked here:
+//! the configuration decides which tiers exist.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -17,7 +19,7 @@ use super::{Trace, TraceError, TraceJob, read_csv, read_file};
 const REQUIRED: [&str; 4] = ["job_id", "submit_s", "duration_s", "gpus"];
 
 /// Every column, in the order [`write`] puts them.
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 13] = [
     "job_id",
     "submit_s",
     "duration_s",
@@ -29,6 +31,8 @@ const COLUMNS: [&str; 11] = [
     "interruptible",
     "checkpoint_interval_s",
     "deadline_s",
+    "min_workers",
+    "serial_fraction",
 ];
 
 /// Reads a native trace file. Returns its jobs in file order, or the first error, which names the file,
@@ -49,7 +53,20 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
         let submit_s = row.time("submit_s")?;
         let duration_s = row.present("duration_s", row.positive("duration_s")?)?;
         let gpus = row.present("gpus", row.count("gpus", 1)?)?;
-        let workers = row.count("workers", 1)?.unwrap_or(1);
+        let workers = match (row.count("workers", 1)?, row.count("max_workers", 1)?) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(row.bad("max_workers", &format!("differs from workers `{a}` (they name the same thing)")));
+            }
+            (a, b) => a.or(b).unwrap_or(1),
+        };
+        let min_workers = row.count("min_workers", 1)?;
+        if min_workers.is_some_and(|m| m > workers) {
+            return Err(row.bad("min_workers", &format!("is more than workers `{workers}`")));
+        }
+        let serial_fraction = row.float("serial_fraction")?;
+        if serial_fraction.is_some_and(|f| !(0.0..1.0).contains(&f)) {
+            return Err(row.bad("serial_fraction", "is not a fraction from 0 up to (not including) 1"));
+        }
         let interruptible = match row.cell("interruptible") {
             None => None,
             Some(s) if s.eq_ignore_ascii_case("true") => Some(true),
@@ -73,6 +90,8 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
             interruptible,
             checkpoint_interval_s,
             deadline_s,
+            min_workers,
+            serial_fraction,
             line: row.line,
         });
         Ok(())
@@ -108,6 +127,8 @@ pub fn write(trace: &Trace, mut w: impl Write) -> std::io::Result<()> {
             job.interruptible.map(|b| b.to_string()).unwrap_or_default(),
             opt(job.checkpoint_interval_s),
             opt(job.deadline_s),
+            job.min_workers.map(|m| m.to_string()).unwrap_or_default(),
+            opt(job.serial_fraction),
         ])
         .map_err(into_io)?;
     }
@@ -249,11 +270,14 @@ mod tests {
             interruptible: Some(false),
             checkpoint_interval_s: Some(1800.25),
             deadline_s: Some(submit_s + 1e9 / 7.0),
+            min_workers: Some(2),
+            serial_fraction: Some(0.125),
             line: 0,
         };
         let mut bare = job("#bare", 1.0 / 3.0);
         (bare.tier, bare.team, bare.gpu_type, bare.interruptible) = (None, None, None, None);
         (bare.checkpoint_interval_s, bare.deadline_s, bare.workers) = (None, None, 1);
+        (bare.min_workers, bare.serial_fraction) = (None, None);
         let trace = Trace {
             source: "a\nb".into(),
             jobs: vec![job("x", 0.0), bare, job("y", 123456.789)],
@@ -266,5 +290,26 @@ mod tests {
         let back = parse_str("rt.csv", &text).unwrap();
         let strip = |js: &[TraceJob]| js.iter().map(|j| TraceJob { line: 0, ..j.clone() }).collect::<Vec<_>>();
         assert_eq!(strip(&back.jobs), strip(&trace.jobs));
+    }
+
+    #[test]
+    fn elastic_columns_are_read_and_checked() {
+        let head = "job_id,submit_s,duration_s,gpus,max_workers,min_workers,serial_fraction\n";
+        let t = parse_str("e.csv", &format!("{head}a,0,60,8,4,1,0.1\nb,0,60,8,2,,\n")).unwrap();
+        assert_eq!((t.jobs[0].workers, t.jobs[0].min_workers, t.jobs[0].serial_fraction), (4, Some(1), Some(0.1)));
+        assert_eq!((t.jobs[1].workers, t.jobs[1].min_workers, t.jobs[1].serial_fraction), (2, None, None));
+        let cases = [
+            ("a,0,60,8,2,3,", "e.csv:2: column `min_workers`: `3` is more than workers `2`"),
+            ("a,0,60,8,2,0,", "e.csv:2: column `min_workers`: `0` is not a whole number >= 1"),
+            ("a,0,60,8,2,1,1", "e.csv:2: column `serial_fraction`: `1` is not a fraction from 0 up to"),
+            ("a,0,60,8,2,1,-0.5", "e.csv:2: column `serial_fraction`: `-0.5` is not a fraction"),
+        ];
+        for (row, want) in cases {
+            let err = parse_str("e.csv", &format!("{head}{row}\n")).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{row}: {err}");
+        }
+        let both = "job_id,submit_s,duration_s,gpus,workers,max_workers\na,0,60,8,2,3\n";
+        let err = parse_str("w.csv", both).unwrap_err().to_string();
+        assert!(err.contains("column `max_workers`: `3` differs from workers `2`"), "{err}");
     }
 }

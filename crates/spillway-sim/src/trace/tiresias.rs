@@ -55,6 +55,8 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
             interruptible: None,
             checkpoint_interval_s: None,
             deadline_s: None,
+            min_workers: None,
+            serial_fraction: None,
             line: row.line,
         });
         Ok(())

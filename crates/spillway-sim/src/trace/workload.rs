@@ -74,6 +74,8 @@ impl Draft {
             interruptible: None,
             checkpoint_interval_s: None,
             deadline_s: None,
+            min_workers: None,
+            serial_fraction: None,
             line: i + 1,
         }
     }

@@ -1,0 +1,161 @@
+//! Elastic jobs (`min_workers`..`workers`): how wide one starts, when it grows, and what it may take.
+//!
+//! A change of width restarts the job from its checkpoint on the new set of workers, as torchrun re-forms its group
+//! when a member comes or goes, so each change is a new attempt (`StopReason::Resized`, then a start). The rules:
+//!
+//! - **Start**: a job starts once its fewest workers fit (placement, scale-out and the queue count only those),
+//!   and wider at once when [`extra_workers`] finds room.
+//! - **What extra workers take**: GPUs in the job's own pool (one pool per job, as for any gang) that add no cloud
+//!   spending: owned (fixed) nodes, nodes a cloud pool's minimum keeps, or cloud nodes already running work. Never
+//!   another idle cloud node (it would idle out otherwise), and nothing is bought for them: scale-out buys for an
+//!   elastic job's fewest workers only. Only while no other queued job may use that pool: extra
+//!   workers borrow capacity nobody waits for.
+//! - **Growth** ([`Engine::grow_elastic`]): no sooner than `elastic_resize_interval_s` after the attempt started,
+//!   and only at a checkpoint (the one it reported, or the estimate on its interval), so it loses no work. A job
+//!   without a checkpoint interval never grows once started (it would redo everything).
+//! - **Shrink**: only when it must. A node it uses is reclaimed, lost, or wanted by a preempting job: the job
+//!   stops and goes back to the queue in its place, and restarts on as few as its fewest workers wherever they
+//!   fit first (usually at once, on the nodes it still had). Preemption stops an elastic job running above its
+//!   fewest before any other job (`preempt`).
+
+use crate::cluster::Cluster;
+use crate::config::{Config, model_fits};
+use crate::event::{Action, DecisionKind, StopReason, job_subject};
+use crate::model::{Job, JobId, JobState, NodeId};
+use crate::state::{Engine, WakeAt};
+use crate::time::{Time, fmt_ms, secs};
+
+/// Work a growth may lose at most: growth waits for a checkpoint, and reported checkpoints come a little late.
+const GROW_TOLERANCE_MS: Time = 1_000;
+
+/// Returns workers to add to an elastic `job` in `pool`, on GPUs that add no cloud spending (see the module),
+/// best fit first, up to its most workers. `placed`: workers it has there (bound or not yet: `unbound` says,
+/// so their GPUs are counted taken); `skip`: nodes it may not use.
+pub(crate) fn extra_workers(
+    cfg: &Config,
+    c: &Cluster,
+    job: &Job,
+    pool: usize,
+    placed: &[(NodeId, u32)],
+    unbound: bool,
+    skip: &[(NodeId, Time)],
+) -> Vec<(NodeId, u32)> {
+    let g = job.gang.gpus_per_worker.max(1);
+    let want = (job.gang.max_workers as usize).saturating_sub(placed.len());
+    let model = job.spec.gpu_model.as_deref();
+    let mut out = Vec::new();
+    let Some(free) = c.free.get(pool) else { return out };
+    let kept = crate::budget_place::kept(cfg, c, pool);
+    for &(f, n) in free.range((g, NodeId(0))..) {
+        if out.len() >= want {
+            break;
+        }
+        let node = &c.nodes[n.0 as usize];
+        let mine = placed.iter().any(|&(at, _)| at == n);
+        let paid = kept || node.used > 0 || mine;
+        if !paid || !model_fits(model, &node.gpu_model) || skip.iter().any(|&(s, _)| s == n) {
+            continue;
+        }
+        let pending: u32 = if unbound { placed.iter().filter(|&&(at, _)| at == n).map(|&(_, x)| x).sum() } else { 0 };
+        let mut left = f.saturating_sub(pending);
+        while left >= g && out.len() < want {
+            out.push((n, g));
+            left -= g;
+        }
+    }
+    out
+}
+
+impl Engine {
+    /// Returns, per pool, whether a queued job may use it (its tier's pools include it).
+    pub(crate) fn pools_wanted(&self) -> Vec<bool> {
+        let mut wanted = vec![false; self.cfg.pools.len()];
+        for (t, order) in self.pool_order.iter().enumerate() {
+            if self.queue.tier_len(t) > 0 {
+                order.iter().for_each(|&p| wanted[p] = true);
+            }
+        }
+        wanted
+    }
+
+    /// Grows running elastic jobs below their most workers into free capacity of their pool that no queued job
+    /// may use, once their resize interval has passed and they are at a checkpoint; asks to be woken when one
+    /// that could grow gets there.
+    pub(crate) fn grow_elastic(&mut self, wake: &mut WakeAt) {
+        let jobs = &self.c.jobs;
+        self.elastic.retain(|id| jobs.get(id.0 as usize).is_some_and(|j| j.state == JobState::Running));
+        if self.elastic.is_empty() {
+            return;
+        }
+        let wanted = self.pools_wanted();
+        let ids: Vec<JobId> = self.elastic.iter().copied().collect();
+        for id in ids {
+            let j = &self.c.jobs[id.0 as usize];
+            let Some(pool) = j.placement.first().map(|&(n, _)| self.c.nodes[n.0 as usize].pool) else { continue };
+            if j.placement.len() >= j.gang.max_workers as usize || wanted[pool] {
+                continue;
+            }
+            let extra = extra_workers(&self.cfg, &self.c, j, pool, &j.placement, false, &[]);
+            if extra.is_empty() {
+                continue;
+            }
+            match self.grow_at(j) {
+                Some(at) if at <= self.now => self.resize(id, extra, pool),
+                Some(at) => wake.at(at),
+                None => {}
+            }
+        }
+    }
+
+    /// Returns when a running elastic job may grow: its resize interval after the attempt started, at a
+    /// checkpoint; `None` without a checkpoint interval.
+    fn grow_at(&self, j: &Job) -> Option<Time> {
+        let (start, iv) = (j.attempt_start?, j.checkpoint_interval_ms.filter(|&iv| iv > 0)?);
+        let earliest = start.saturating_add(secs(self.cfg.policy.elastic_resize_interval_s));
+        // The checkpoints expected: on the job's interval from its last reported one, else from its start.
+        let base = j.last_checkpoint.unwrap_or(start);
+        let now = self.now;
+        if now >= earliest && j.unsaved_work_ms(now) <= GROW_TOLERANCE_MS {
+            return Some(now);
+        }
+        let from = earliest.max(now);
+        let gap = (from - base).max(0);
+        let steps = (gap / iv + i64::from(gap % iv != 0)).max(1);
+        Some(base.saturating_add(steps.saturating_mul(iv)))
+    }
+
+    /// Restarts running job `id` from its checkpoint on its workers plus `extra` (in `pool`): the attempt stops
+    /// (`Resized`) and the next starts at once on the wider placement.
+    fn resize(&mut self, id: JobId, extra: Vec<(NodeId, u32)>, pool: usize) {
+        let now = self.now;
+        let j = &self.c.jobs[id.0 as usize];
+        let (attempt, from, lost) = (j.attempt, j.placement.len() as u32, j.unsaved_work_ms(now));
+        let elapsed = j.attempt_start.map_or(0, |s| (now - s).max(0));
+        let gpus: u32 = j.placement.iter().map(|&(_, g)| g).sum();
+        let mut placement = j.placement.clone();
+        placement.extend(extra);
+        let to = placement.len() as u32;
+        self.c.counters.lost_gpu_ms += lost as i128 * gpus as i128;
+        self.c.release(id, now);
+        self.c.jobs[id.0 as usize].saved_work_ms += elapsed - lost;
+        for &(n, g) in &placement {
+            self.c.bind(id, n, g);
+        }
+        let reason = StopReason::Resized { from, to };
+        self.actions.push_back(Action::StopJob { job: id, attempt, reason, grace_ms: 0 });
+        let pool_name = self.cfg.pools[pool].name.clone();
+        self.record(
+            DecisionKind::JobResized,
+            || job_subject(id),
+            "grown",
+            || {
+                format!(
+                    "from {from} to {to} workers on free GPUs of pool {pool_name} that no queued job may use; \
+                     attempt {attempt} restarts from its checkpoint ({} of work lost)",
+                    fmt_ms(lost)
+                )
+            },
+        );
+        self.start_job(id, placement);
+    }
+}

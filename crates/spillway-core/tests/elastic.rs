@@ -1,0 +1,192 @@
+//! Elastic jobs, as a user states what they expect: a job starts as soon as its fewest workers fit and wider when
+//! owned GPUs are free; it grows into owned GPUs that free up, but not sooner than the resize interval, only at a
+//! checkpoint, and never into GPUs a waiting job could use; a reclaimed spot node shrinks it (it goes on at once
+//! on the node it has left) instead of leaving it waiting for a replacement; preemption stops an elastic job
+//! above its fewest workers before a rigid one.
+
+use spillway_core::{Action, DecisionKind, JobId, JobSpec, NodeId, StopReason};
+
+mod common;
+use common::*;
+
+/// `owned` owned 8-GPU nodes, a spot pool of 8-GPU nodes that keeps `spot_min` of them, and tiers whose
+/// checkpoints take 60 s.
+fn config_min(owned: u32, spot_min: u32) -> String {
+    format!(
+        r#"
+[policy]
+elastic_resize_interval_s = "10m"
+
+[[instance_types]]
+name = "g8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 24.0
+spot_usd_per_hour = 7.0
+
+[[pools]]
+name = "onprem"
+market = "fixed"
+gpu_usd_per_hour = 1.0
+nodes = [{{ count = {owned}, gpus = 8 }}]
+
+[[pools]]
+name = "spot"
+market = "spot"
+instance_types = ["g8"]
+max_nodes = 4
+min_nodes = {spot_min}
+boot_latency_s = 240
+
+[tiers.p0]
+markets = ["fixed"]
+queue_wait_slo_s = 60
+
+[tiers.p1]
+markets = ["fixed"]
+
+[tiers.p2]
+markets = ["fixed", "spot"]
+burst_after_s = 0
+checkpoint_time_s = 60
+"#
+    )
+}
+
+fn config(owned: u32) -> String {
+    config_min(owned, 0)
+}
+
+/// An elastic job of `min..=max` workers of 8 GPUs that checkpoints every 5 minutes.
+fn elastic(tier: &str, min: u32, max: u32) -> JobSpec {
+    let mut s = spec(tier, 8, max);
+    s.min_workers = Some(min);
+    s.checkpoint_interval_ms = Some(300_000);
+    s
+}
+
+fn widths(actions: &[Action], job: JobId) -> Vec<usize> {
+    starts(actions).into_iter().filter(|s| s.0 == job).map(|s| s.2.len()).collect()
+}
+
+#[test]
+fn an_elastic_job_starts_wide_when_owned_gpus_are_free() {
+    let mut h = Harness::new(&config(2));
+    let job = h.submit(elastic("p1", 1, 2));
+    assert_eq!(widths(&h.drain(), job), vec![2], "both owned nodes are free: it takes both");
+}
+
+#[test]
+fn an_elastic_job_starts_on_its_fewest_workers_and_grows_at_a_checkpoint_after_the_interval() {
+    let mut h = Harness::new(&config(2));
+    let filler = h.submit(spec("p1", 8, 1));
+    let job = h.submit(elastic("p1", 1, 2));
+    let a = h.drain();
+    assert_eq!(widths(&a, job), vec![1], "one owned node is taken: it starts on one worker at once");
+    h.at(100.0);
+    h.event(spillway_core::Event::JobExited { job: filler, attempt: 1, success: true, exit: None });
+    let a = h.run_until(599.0);
+    assert!(stops(&a).is_empty(), "no change of width before the 10-minute interval: {a:?}");
+    assert_eq!(h.wake(), Some(600.0), "it asks to be woken at the first checkpoint after the interval");
+    let a = h.run_until(600.0);
+    assert_eq!(stops(&a), vec![(job, 1, StopReason::Resized { from: 1, to: 2 })]);
+    assert_eq!(widths(&a, job), vec![2], "it restarts at once on both nodes");
+    assert_eq!(h.job(job).attempt, 2);
+    assert_eq!(h.records_of(DecisionKind::JobResized, "grown").len(), 1);
+    // At its most: nothing more to do, however often the engine is woken.
+    let a = h.run_until(5_000.0);
+    assert!(stops(&a).is_empty(), "{a:?}");
+}
+
+#[test]
+fn an_elastic_job_never_grows_into_gpus_a_waiting_job_could_use() {
+    let mut h = Harness::new(&config(3));
+    let filler = h.submit(spec("p1", 8, 2));
+    let job = h.submit(elastic("p1", 1, 2));
+    assert_eq!(widths(&h.drain(), job), vec![1]);
+    // A rigid 2-node job waits: one node frees up, which it cannot use alone.
+    let waiting = h.submit(spec("p1", 8, 2));
+    h.at(100.0);
+    h.event(spillway_core::Event::JobExited { job: filler, attempt: 1, success: true, exit: None });
+    let a = h.run_until(3_600.0);
+    assert!(stops(&a).iter().all(|s| s.0 != job), "the elastic job kept its width: {a:?}");
+    assert_eq!(widths(&a, waiting), vec![2], "the waiting job got both free nodes");
+}
+
+#[test]
+fn a_reclaimed_spot_node_shrinks_an_elastic_job_which_goes_on_at_once_on_the_node_it_has_left() {
+    // The spot pool keeps two nodes: the job may use both (they cost the same whoever runs there).
+    let mut h = Harness::new(&config_min(0, 2));
+    let job = h.submit(elastic("p2", 1, 2));
+    h.run_world(300.0, 240.0);
+    assert_eq!(h.job(job).placement.len(), 2, "it runs on both kept spot nodes");
+    let (lost, kept) = (h.job(job).placement[0].0, h.job(job).placement[1].0);
+    h.notice(lost, 120.0);
+    let a = h.drain();
+    assert_eq!(stops(&a).len(), 1, "the attempt stops to checkpoint: {a:?}");
+    // Once its checkpoint is written (60 s), it restarts on the node it still has, without waiting for a
+    // replacement to boot (240 s).
+    let a = h.run_until(361.0);
+    let restarted = starts(&a).into_iter().find(|s| s.0 == job).map(|s| s.2);
+    assert_eq!(restarted, Some(vec![(kept, 8)]), "{a:?}");
+    // The cloud takes the node at the end of its notice; the pool replaces it (its minimum) and the job widens
+    // onto the new node once its interval has passed.
+    h.at(420.0);
+    h.event(spillway_core::Event::NodeLost { node: lost });
+    let a = h.run_world(3_600.0, 240.0);
+    assert_eq!(widths(&a, job), vec![2], "{a:?}");
+    assert!(stops(&a).iter().all(|s| s.2 == StopReason::Resized { from: 1, to: 2 }), "{a:?}");
+}
+
+#[test]
+fn scale_out_buys_for_an_elastic_jobs_fewest_workers_only() {
+    let mut h = Harness::new(&config(0));
+    let job = h.submit(elastic("p2", 1, 3));
+    let a = h.run_world(1_000.0, 240.0);
+    assert_eq!(launches(&a).len(), 1, "{a:?}");
+    assert_eq!(widths(&a, job), vec![1]);
+}
+
+#[test]
+fn a_rigid_gang_in_the_same_place_waits_for_a_replacement_node() {
+    // The contrast to the test above: the same reclaim stops a rigid 2-node job until a new node boots.
+    let mut h = Harness::new(&config(0));
+    let mut rigid = spec("p2", 8, 2);
+    rigid.checkpoint_interval_ms = Some(300_000);
+    let job = h.submit(rigid);
+    h.run_world(300.0, 240.0);
+    let lost = h.job(job).placement[0].0;
+    h.notice(lost, 120.0);
+    let a = h.run_world(361.0, 240.0);
+    assert!(widths(&a, job).is_empty(), "no start before a replacement boots: {a:?}");
+}
+
+#[test]
+fn preemption_stops_an_elastic_job_above_its_fewest_workers_before_a_rigid_one() {
+    let mut h = Harness::new(&config(3));
+    let rigid = h.submit(spec("p2", 8, 1));
+    let job = h.submit(elastic("p2", 1, 2));
+    let a = h.drain();
+    assert_eq!((widths(&a, rigid), widths(&a, job)), (vec![1], vec![2]));
+    let urgent = h.submit(spec("p0", 8, 1));
+    let a = h.run_until(61.0);
+    let stopped: Vec<JobId> = stops(&a).iter().map(|s| s.0).collect();
+    assert_eq!(stopped, vec![job], "the elastic job gives way, the rigid one runs on: {a:?}");
+    assert_eq!(widths(&a, urgent), vec![1]);
+    let node_of = |id: JobId, h: &Harness| -> Vec<NodeId> { h.job(id).placement.iter().map(|p| p.0).collect() };
+    assert_eq!(widths(&a, job), vec![1], "it restarts at once on one worker");
+    assert!(node_of(job, &h).iter().all(|n| !node_of(urgent, &h).contains(n)));
+}
+
+#[test]
+fn a_job_with_fewest_workers_above_its_most_is_refused_naming_the_field() {
+    let mut h = Harness::new(&config(2));
+    let mut s = spec("p1", 8, 2);
+    s.min_workers = Some(3);
+    let err = h.e.submit(0, s).err().map(|e| e.to_string()).unwrap_or_default();
+    assert_eq!(err, "min_workers: 3 is more than max_workers (2)");
+    let mut s = spec("p1", 8, 2);
+    s.min_workers = Some(0);
+    let err = h.e.submit(0, s).err().map(|e| e.to_string()).unwrap_or_default();
+    assert_eq!(err, "min_workers: must be at least 1");
+}
