@@ -22,6 +22,7 @@ use crate::cluster::Cluster;
 use crate::config::{Config, model_fits};
 use crate::event::{Action, DecisionKind, StopReason, job_subject};
 use crate::model::{Job, JobId, JobState, NodeId};
+use crate::queue::Queue;
 use crate::state::{Engine, WakeAt};
 use crate::time::{Time, fmt_ms, secs};
 
@@ -66,18 +67,19 @@ pub(crate) fn extra_workers(
     out
 }
 
-impl Engine {
-    /// Returns, per pool, whether a queued job may use it (its tier's pools include it).
-    pub(crate) fn pools_wanted(&self) -> Vec<bool> {
-        let mut wanted = vec![false; self.cfg.pools.len()];
-        for (t, order) in self.pool_order.iter().enumerate() {
-            if self.queue.tier_len(t) > 0 {
-                order.iter().for_each(|&p| wanted[p] = true);
-            }
+/// Returns, per pool (of `pools`), how many queued jobs may use it (their tier's pools include it).
+pub(crate) fn queued_per_pool(queue: &Queue, pool_order: &[Vec<usize>], pools: usize) -> Vec<usize> {
+    let mut wanted = vec![0usize; pools];
+    for (t, order) in pool_order.iter().enumerate() {
+        let n = queue.tier_len(t);
+        if n > 0 {
+            order.iter().for_each(|&p| wanted[p] += n);
         }
-        wanted
     }
+    wanted
+}
 
+impl Engine {
     /// Grows running elastic jobs below their most workers into free capacity of their pool that no queued job
     /// may use, once their resize interval has passed and they are at a checkpoint; asks to be woken when one
     /// that could grow gets there.
@@ -87,12 +89,12 @@ impl Engine {
         if self.elastic.is_empty() {
             return;
         }
-        let wanted = self.pools_wanted();
+        let wanted = queued_per_pool(&self.queue, &self.pool_order, self.cfg.pools.len());
         let ids: Vec<JobId> = self.elastic.iter().copied().collect();
         for id in ids {
             let j = &self.c.jobs[id.0 as usize];
             let Some(pool) = j.placement.first().map(|&(n, _)| self.c.nodes[n.0 as usize].pool) else { continue };
-            if j.placement.len() >= j.gang.max_workers as usize || wanted[pool] {
+            if j.placement.len() >= j.gang.max_workers as usize || wanted[pool] > 0 {
                 continue;
             }
             let extra = extra_workers(&self.cfg, &self.c, j, pool, &j.placement, false, &[]);
@@ -131,7 +133,7 @@ impl Engine {
         let j = &self.c.jobs[id.0 as usize];
         let (attempt, from, lost) = (j.attempt, j.placement.len() as u32, j.unsaved_work_ms(now));
         let elapsed = j.attempt_start.map_or(0, |s| (now - s).max(0));
-        let gpus: u32 = j.placement.iter().map(|&(_, g)| g).sum();
+        let gpus = j.held_gpus();
         let mut placement = j.placement.clone();
         placement.extend(extra);
         let to = placement.len() as u32;

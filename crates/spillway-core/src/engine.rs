@@ -630,7 +630,7 @@ impl Engine {
             StopReason::Interrupted { checkpoint: true } | StopReason::Migrated => (0, ck_ms),
             _ => (j.unsaved_work_ms(now), 0),
         };
-        let gpus: u32 = j.placement.iter().map(|&(_, g)| g).sum();
+        let gpus = j.held_gpus();
         self.c.counters.lost_gpu_ms += lost_ms as i128 * gpus as i128;
         self.c.counters.requeues += 1;
         let attempt = j.attempt;

@@ -173,6 +173,11 @@ impl Job {
         self.gang.gpus_per_worker.saturating_mul(self.gang.workers)
     }
 
+    /// Returns the GPUs its current attempt holds (what it books and loses per ms; none while queued).
+    pub fn held_gpus(&self) -> u32 {
+        self.placement.iter().map(|&(_, g)| g).sum()
+    }
+
     /// Returns whether the job may run on fewer workers than its most (an elastic job).
     pub fn is_elastic(&self) -> bool {
         self.gang.workers < self.gang.max_workers

@@ -88,7 +88,7 @@ fn node_victims(
             })
             .map(|v| {
                 let held: u32 = v.placement.iter().filter(|(n, _)| *n == node.id).map(|(_, x)| x).sum();
-                let gpus: u32 = v.placement.iter().map(|&(_, x)| x).sum();
+                let gpus = v.held_gpus();
                 let rigid = v.placement.len() <= v.gang.workers as usize;
                 ((rigid, v.unsaved_work_ms(now) as i128 * gpus as i128), v.id, held)
             }),

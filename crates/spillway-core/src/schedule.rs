@@ -490,9 +490,7 @@ impl Engine {
         let weights: Vec<f64> = self.c.teams.iter().map(|t| t.weight).collect();
         let grows: Vec<bool> = (0..self.cfg.pools.len()).map(|p| self.pool_headroom(p) > 0).collect();
         let Engine { queue, c, cfg, pool_order, exhaustive, now, .. } = self;
-        let wanting = (0..cfg.pools.len())
-            .map(|p| (0..pool_order.len()).filter(|&t| pool_order[t].contains(&p)).map(|t| queue.tier_len(t)).sum())
-            .collect();
+        let wanting = crate::elastic::queued_per_pool(queue, pool_order, cfg.pools.len());
         let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, queue.len(), wanting);
         let cut = pass.walk(queue, c, shares, weights, wake);
         for &(pool, _, n) in &pass.reserved {

@@ -90,7 +90,7 @@ pub fn make_elastic(jobs: &mut [SimJob], share: f64, rigid: bool, seed: u64) -> 
     let mut n = 0;
     for (i, j) in jobs.iter_mut().enumerate() {
         let total = j.spec.gpus_per_worker.saturating_mul(j.spec.workers);
-        if total < 2 || pick(seed, i as u64) >= share {
+        if total < 2 || unit_hash(seed, i as u64) >= share {
             continue;
         }
         j.spec.gpus_per_worker = 1;
@@ -101,8 +101,9 @@ pub fn make_elastic(jobs: &mut [SimJob], share: f64, rigid: bool, seed: u64) -> 
     n
 }
 
-/// Returns a number in [0, 1) drawn from `seed` and `i` by hashing (splitmix64), so picking jobs touches no RNG.
-fn pick(seed: u64, i: u64) -> f64 {
+/// Returns a number in [0, 1) drawn from `seed` and `i` by hashing (splitmix64's finalizer), so a draw per job
+/// touches no random stream.
+pub(crate) fn unit_hash(seed: u64, i: u64) -> f64 {
     let mut x = seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -20,11 +20,7 @@ const METRIC_PERIOD_MS: Millis = 60_000;
 /// Returns the GPU utilization a job keeps while it runs, in [0.5, 0.95): drawn from the seed and the job's id by
 /// hashing, so it does not disturb the simulator's random stream (boot latencies stay the same).
 pub fn job_utilization(seed: u64, job: JobId) -> f64 {
-    let mut x = seed ^ (job.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
-    0.5 + 0.45 * (x >> 11) as f64 / (1u64 << 53) as f64
+    0.5 + 0.45 * crate::input::unit_hash(seed, u64::from(job.0))
 }
 
 /// How much checking to do after each step.
