@@ -123,7 +123,8 @@ pub struct State {
     pub reclaim_at: BTreeMap<u32, Time>,
     /// Provider calls to make.
     pub effects: Vec<Effect>,
-    /// Submissions the engine has not decided on yet (the next tick decides them in one batch).
+    /// Submissions the engine has not decided on yet (the next tick decides them in one batch). Also true after
+    /// the replay at start (see [`State::replay`]).
     pub undecided: bool,
     /// The minute of the last cost snapshot.
     pub cost_minute: Option<i64>,
@@ -230,6 +231,9 @@ impl State {
             }
         }
         self.replaying = false;
+        // The first tick decides once, whatever the log held: a config started with a higher `min_nodes` (or a
+        // new data dir) brings its nodes up without waiting for a job or a timer.
+        self.undecided = true;
         // The books as of the last entry (the start, for a new data dir), so a cost window reaching back before
         // the first change since this start is exact too.
         self.snapshot_cost(self.engine.now(), false);

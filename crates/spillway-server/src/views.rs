@@ -31,11 +31,12 @@ pub fn parse_job_state(name: &str) -> Option<JobState> {
 
 /// Every kind of recorded decision. [`decision_kind`] matches exhaustively, so a new kind fails the build there
 /// until it is named; add it here too (a test checks the two agree with the engine's serialized names).
-pub const DECISION_KINDS: [DecisionKind; 14] = [
+pub const DECISION_KINDS: [DecisionKind; 15] = [
     DecisionKind::JobStarted,
     DecisionKind::JobPending,
     DecisionKind::JobPreempted,
     DecisionKind::JobRequeued,
+    DecisionKind::JobResized,
     DecisionKind::JobFinished,
     DecisionKind::ScaleOut,
     DecisionKind::ScaleOutBlocked,

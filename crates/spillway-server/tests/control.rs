@@ -289,3 +289,38 @@ fn a_heartbeat_on_the_launch_token_registers_the_node_and_reports_nothing() {
     assert!(reply.run.is_empty() && reply.acked_exits.is_empty(), "{reply:?}");
     assert_eq!(st.engine.job(JobId(0)).unwrap().state, JobState::Running, "a claimed exit counted for nothing");
 }
+
+#[test]
+fn a_pools_minimum_comes_up_at_the_first_tick_with_no_job_in_sight() {
+    let d = dir("min-nodes");
+    let cfg = CONFIG.replace("[[pools]]\nname = \"spot\"", "[[pools]]\nname = \"spot\"\nmin_nodes = 2");
+    assert_ne!(cfg, CONFIG, "examples/local.toml has no pool named spot");
+    let open_with = |now: Time| {
+        let store = Store::open(&d.join("spillway.db")).unwrap();
+        let opts = StateOptions {
+            jobs_dir: d.join("jobs"),
+            cluster_id: "c".into(),
+            heartbeat_timeout_ms: 3_000,
+            boot_grace_ms: 5_000,
+            reconcile_every_ms: 60_000,
+            max_backlog: (3, 1 << 20),
+        };
+        let mut st = State::new(Engine::new(Config::parse("local.toml", &cfg).unwrap(), T0), store, opts, now);
+        st.replay().unwrap();
+        st
+    };
+    let spot = |st: &State| {
+        let pool = st.engine.config().pools.iter().position(|p| p.name == "spot").unwrap();
+        st.engine.cluster().nodes.iter().filter(|n| n.pool == pool && n.alive()).count()
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    // A new data dir: nothing is submitted and no timer is due, yet the first tick launches the minimum.
+    let mut st = open_with(T0);
+    st.tick(T0 + 1_000, 1_000, &mut rng).unwrap();
+    assert_eq!(spot(&st), 2, "the pool's minimum did not come up");
+    drop(st);
+    // After a restart the replayed nodes count: nothing more is launched.
+    let mut st = open_with(T0 + 5_000);
+    st.tick(T0 + 6_000, 1_000, &mut rng).unwrap();
+    assert_eq!(spot(&st), 2);
+}
