@@ -101,6 +101,7 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
     let mut on_session = false;
     let mut util = UtilizationSampler::new(args.gpus);
     let cloud = args.imds_url.as_deref().map(|url| crate::imds::watch(url, node));
+    let addr = args.advertise_addr.clone().or_else(|| crate::route_addr(&args.server));
     eprintln!(
         "agent node {node}: {} GPUs, daemon {}, first heartbeat in {:.1} s",
         args.gpus, args.server, args.boot_delay_s
@@ -168,6 +169,7 @@ pub fn run_loop(args: &AgentArgs, limits: Limits) -> Result<()> {
                 gpu_utilization: util.get(),
                 notices: cloud.as_ref().map(crate::imds::Seen::get).unwrap_or_default(),
                 session_tokens: true,
+                addr: addr.clone(),
             };
             let c = client.clone();
             match std::thread::Builder::new().name("spillway-heartbeat".into()).spawn(move || c.heartbeat(&hb)) {

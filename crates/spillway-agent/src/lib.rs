@@ -49,6 +49,28 @@ pub struct AgentArgs {
     pub run_as: Option<String>,
     /// Poll the EC2 instance metadata service at this URL for spot notices (`--imds-url`); `None`: not on EC2.
     pub imds_url: Option<String>,
+    /// The address other nodes reach this one at (`--advertise-addr`); `None`: the local address of its route to
+    /// the daemon ([`route_addr`]).
+    pub advertise_addr: Option<String>,
+}
+
+/// Returns the local IP address this machine would use to reach `server` (a URL such as `http://10.0.0.5:7878`):
+/// the address other nodes on that network reach it at. Sends nothing (a UDP socket is only connected). `None`
+/// when the URL has no host or it does not resolve.
+pub fn route_addr(server: &str) -> Option<String> {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let rest = server.split_once("://").map_or(server, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let with_port = if authority.ends_with(']') || !authority.contains(':') {
+        format!("{authority}:80")
+    } else {
+        authority.to_string()
+    };
+    let target = with_port.to_socket_addrs().ok()?.next()?;
+    let socket = UdpSocket::bind(if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).ok()?;
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip().to_string())
 }
 
 /// Longest token line [`read_token`] accepts, so a stray stream cannot make the agent buffer without end.
@@ -89,5 +111,14 @@ mod tests {
         assert!(read_token("\n".as_bytes()).is_err(), "empty line");
         let long = "x".repeat(5000);
         assert!(read_token(long.as_bytes()).is_err(), "over-long line");
+    }
+
+    #[test]
+    fn the_route_to_a_loopback_daemon_is_the_loopback_address() {
+        assert_eq!(route_addr("http://127.0.0.1:7878").as_deref(), Some("127.0.0.1"));
+        assert_eq!(route_addr("http://user@127.0.0.1:7878/v1?x#y").as_deref(), Some("127.0.0.1"));
+        assert_eq!(route_addr("127.0.0.1").as_deref(), Some("127.0.0.1"));
+        assert_eq!(route_addr("http://no such host:1"), None);
+        assert_eq!(route_addr(""), None);
     }
 }

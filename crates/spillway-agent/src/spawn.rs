@@ -29,7 +29,7 @@ pub fn contract_env(a: &Assignment, node: u32, gpus: &[u32], checkpoint_dir: &Pa
         ("SPILLWAY_MIN_WORKERS".into(), least.to_string()),
         ("SPILLWAY_MAX_WORKERS".into(), most.to_string()),
         ("SPILLWAY_RDZV_ID".into(), format!("spillway-job-{}", a.worker.job)),
-        ("SPILLWAY_RDZV_ENDPOINT".into(), format!("{}:{}", a.master_addr, a.master_port)),
+        ("SPILLWAY_RDZV_ENDPOINT".into(), endpoint(&a.master_addr, a.master_port)),
         ("SPILLWAY_JOB_ID".into(), a.worker.job.to_string()),
         ("SPILLWAY_ATTEMPT".into(), a.worker.attempt.to_string()),
         ("SPILLWAY_NODE".into(), node.to_string()),
@@ -42,6 +42,11 @@ pub fn contract_env(a: &Assignment, node: u32, gpus: &[u32], checkpoint_dir: &Pa
         ("MASTER_ADDR".into(), a.master_addr.clone()),
         ("MASTER_PORT".into(), a.master_port.to_string()),
     ]
+}
+
+/// Returns `host:port`, with an IPv6 address in brackets (`[fd00::1]:29500`), as torchrun parses it.
+fn endpoint(host: &str, port: u16) -> String {
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
 }
 
 /// The whole environment of a worker, later entries winning: `PATH` (`agent_path`, the agent's own, or

@@ -52,6 +52,7 @@ fn heartbeat_assign_run_then_gone() {
         heartbeat_ms: 50,
         run_as: None,
         imds_url: None,
+        advertise_addr: None,
     };
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || done_tx.send(run(args)).unwrap());
@@ -127,6 +128,7 @@ fn args(server: String, dir: &std::path::Path) -> AgentArgs {
         heartbeat_ms: 30,
         run_as: None,
         imds_url: None,
+        advertise_addr: None,
     }
 }
 

@@ -47,6 +47,7 @@ fn sigterm_stops_workers_and_returns_ok() {
         heartbeat_ms: 50,
         run_as: None,
         imds_url: None,
+        advertise_addr: None,
     };
     let agent = std::thread::spawn(move || run(args));
     let read_pid = |name: &str| std::fs::read_to_string(dir.join(name)).ok()?.trim().parse::<i32>().ok();

@@ -560,6 +560,10 @@ pub struct Heartbeat {
     /// What the cloud's instance metadata service told the node (sent until the node ends; the daemon acts once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<NodeNotice>,
+    /// The address other nodes reach this node at: a job's `MASTER_ADDR` (and rendezvous endpoint) when its rank
+    /// 0 runs here. An IP address or a host name; the daemon ignores anything else (and uses 127.0.0.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
 }
 
 /// What a node heard from its cloud about itself.

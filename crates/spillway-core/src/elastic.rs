@@ -3,13 +3,16 @@
 //! A change of width restarts the job from its checkpoint on the new set of workers, as torchrun re-forms its group
 //! when a member comes or goes, so each change is a new attempt (`StopReason::Resized`, then a start). The rules:
 //!
-//! - **Start**: a job starts once its fewest workers fit (placement, scale-out and the queue count only those),
-//!   and wider at once when [`extra_workers`] finds room.
-//! - **What extra workers take**: GPUs in the job's own pool (one pool per job, as for any gang) that add no cloud
-//!   spending: owned (fixed) nodes, nodes a cloud pool's minimum keeps, or cloud nodes already running work. Never
-//!   another idle cloud node (it would idle out otherwise), and nothing is bought for them: scale-out buys for an
-//!   elastic job's fewest workers only. Only while no other queued job may use that pool: extra
-//!   workers borrow capacity nobody waits for.
+//! - **Start**: a job starts at full width when it fits, and otherwise on as many workers as fit (at least its
+//!   fewest) only when that ends sooner than waiting for all of them ([`waits_for_width`]: its expected run at
+//!   linear speedup, against the rest of its waiting budget plus a cloud node's boot); with no cloud pool able to
+//!   grow for it, it starts narrow at once. A job that already ran (shrunk by a reclaim, a lost node or a
+//!   preemption) restarts narrow at once.
+//! - **What is bought**: scale-out buys for an elastic job's most workers, as for its rigid twin; it counts as
+//!   served once its fewest fit.
+//! - **What extra workers take**: free GPUs in the job's own pool (one pool per job, as for any gang), at the
+//!   start or by growing, only while no other queued job may use that pool: extra workers borrow capacity
+//!   nobody waits for.
 //! - **Growth** ([`Engine::grow_elastic`]): no sooner than `elastic_resize_interval_s` after the attempt started,
 //!   and only at a checkpoint (the one it reported, or the estimate on its interval), so it loses no work. A job
 //!   without a checkpoint interval never grows once started (it would redo everything).
@@ -19,7 +22,7 @@
 //!   fewest before any other job (`preempt`).
 
 use crate::cluster::Cluster;
-use crate::config::{Config, model_fits};
+use crate::config::model_fits;
 use crate::event::{Action, DecisionKind, StopReason, job_subject};
 use crate::model::{Job, JobId, JobState, NodeId};
 use crate::queue::Queue;
@@ -29,11 +32,10 @@ use crate::time::{Time, fmt_ms, secs};
 /// Work a growth may lose at most: growth waits for a checkpoint, and reported checkpoints come a little late.
 const GROW_TOLERANCE_MS: Time = 1_000;
 
-/// Returns workers to add to an elastic `job` in `pool`, on GPUs that add no cloud spending (see the module),
-/// best fit first, up to its most workers. `placed`: workers it has there (bound or not yet: `unbound` says,
+/// Returns workers to add to an elastic `job` in `pool`, on its free GPUs, best fit first, up to its most
+/// workers. `placed`: workers it has there (bound or not yet: `unbound` says,
 /// so their GPUs are counted taken); `skip`: nodes it may not use.
 pub(crate) fn extra_workers(
-    cfg: &Config,
     c: &Cluster,
     job: &Job,
     pool: usize,
@@ -46,15 +48,12 @@ pub(crate) fn extra_workers(
     let model = job.spec.gpu_model.as_deref();
     let mut out = Vec::new();
     let Some(free) = c.free.get(pool) else { return out };
-    let kept = crate::budget_place::kept(cfg, c, pool);
     for &(f, n) in free.range((g, NodeId(0))..) {
         if out.len() >= want {
             break;
         }
         let node = &c.nodes[n.0 as usize];
-        let mine = placed.iter().any(|&(at, _)| at == n);
-        let paid = kept || node.used > 0 || mine;
-        if !paid || !model_fits(model, &node.gpu_model) || skip.iter().any(|&(s, _)| s == n) {
+        if !model_fits(model, &node.gpu_model) || skip.iter().any(|&(s, _)| s == n) {
             continue;
         }
         let pending: u32 = if unbound { placed.iter().filter(|&&(at, _)| at == n).map(|&(_, x)| x).sum() } else { 0 };
@@ -67,6 +66,22 @@ pub(crate) fn extra_workers(
     out
 }
 
+/// Returns whether elastic `job`, able to make its first start now on `w` of its most workers, should rather wait
+/// for all of them: at linear speedup its expected run `D` takes `D (most / w - 1)` longer narrow, against a wait
+/// for full width of the rest of its waiting budget (`burst_at`) plus a cloud node's `boot`. `boot` is `None` when
+/// no cloud pool it may use can grow: then full width may never come, and it starts narrow. (A job that already
+/// ran restarts narrow at once: shrinking is what keeps it going.)
+pub(crate) fn waits_for_width(c: &Cluster, job: &Job, w: usize, now: Time, burst_at: Time, boot: Option<Time>) -> bool {
+    let (Some(boot), Ok(w)) = (boot, i64::try_from(w)) else { return false };
+    if w == 0 {
+        return false;
+    }
+    let full_at = burst_at.max(now).saturating_add(boot);
+    let run = crate::budget_place::expected_run(c, job);
+    let slower = run.saturating_mul(i64::from(job.gang.max_workers) - w) / w;
+    slower >= full_at - now
+}
+
 /// Returns, per pool (of `pools`), how many queued jobs may use it (their tier's pools include it).
 pub(crate) fn queued_per_pool(queue: &Queue, pool_order: &[Vec<usize>], pools: usize) -> Vec<usize> {
     let mut wanted = vec![0usize; pools];
@@ -77,6 +92,20 @@ pub(crate) fn queued_per_pool(queue: &Queue, pool_order: &[Vec<usize>], pools: u
         }
     }
     wanted
+}
+
+/// What stands between a running elastic job and more workers ([`Engine::growth`]).
+pub(crate) enum Growth {
+    /// It runs on its most workers.
+    AtMost,
+    /// This many queued jobs may use its pool: they come first.
+    Wanted(usize),
+    /// Its pool has no free GPUs that add no cloud spending.
+    NoRoom,
+    /// It has no checkpoint interval: a restart on more workers would redo all its work.
+    NoCheckpoint,
+    /// It grows onto `extra` in `pool` at `at` (now, or its first checkpoint after the resize interval).
+    At { at: Time, pool: usize, extra: Vec<(NodeId, u32)> },
 }
 
 impl Engine {
@@ -92,19 +121,65 @@ impl Engine {
         let wanted = queued_per_pool(&self.queue, &self.pool_order, self.cfg.pools.len());
         let ids: Vec<JobId> = self.elastic.iter().copied().collect();
         for id in ids {
-            let j = &self.c.jobs[id.0 as usize];
-            let Some(pool) = j.placement.first().map(|&(n, _)| self.c.nodes[n.0 as usize].pool) else { continue };
-            if j.placement.len() >= j.gang.max_workers as usize || wanted[pool] > 0 {
-                continue;
+            match self.growth(&self.c.jobs[id.0 as usize], &wanted) {
+                Growth::At { at, pool, extra } if at <= self.now => self.resize(id, extra, pool),
+                Growth::At { at, .. } => wake.at(at),
+                _ => {}
             }
-            let extra = extra_workers(&self.cfg, &self.c, j, pool, &j.placement, false, &[]);
-            if extra.is_empty() {
-                continue;
+        }
+    }
+
+    /// Returns whether, where and when running elastic job `j` grows, or what stops it; `wanted` is
+    /// [`queued_per_pool`].
+    pub(crate) fn growth(&self, j: &Job, wanted: &[usize]) -> Growth {
+        let Some(pool) = j.placement.first().map(|&(n, _)| self.c.nodes[n.0 as usize].pool) else {
+            return Growth::AtMost;
+        };
+        if j.placement.len() >= j.gang.max_workers as usize {
+            return Growth::AtMost;
+        }
+        if wanted.get(pool).is_some_and(|&n| n > 0) {
+            return Growth::Wanted(wanted[pool]);
+        }
+        let extra = extra_workers(&self.c, j, pool, &j.placement, false, &[]);
+        if extra.is_empty() {
+            return Growth::NoRoom;
+        }
+        match self.grow_at(j) {
+            Some(at) => Growth::At { at, pool, extra },
+            None => Growth::NoCheckpoint,
+        }
+    }
+
+    /// Returns why running elastic job `j` has its width, as (code, sentence, until when).
+    pub(crate) fn why_width(&self, j: &Job) -> (&'static str, String, Option<Time>) {
+        let wanted = queued_per_pool(&self.queue, &self.pool_order, self.cfg.pools.len());
+        let (w, least, most) = (j.placement.len(), j.gang.workers, j.gang.max_workers);
+        let pool =
+            j.placement.first().map_or("?", |&(n, _)| self.cfg.pools[self.c.nodes[n.0 as usize].pool].name.as_str());
+        let head = format!("runs on {w} of its {least} to {most} workers");
+        match self.growth(j, &wanted) {
+            Growth::AtMost => ("elastic_at_most", format!("{head}: its most"), None),
+            Growth::Wanted(n) => {
+                let text = format!("{head}: {n} queued job(s) may use pool {pool}, and they come first");
+                ("elastic_not_wider", text, None)
             }
-            match self.grow_at(j) {
-                Some(at) if at <= self.now => self.resize(id, extra, pool),
-                Some(at) => wake.at(at),
-                None => {}
+            Growth::NoRoom => {
+                let text = format!("{head}: pool {pool} has no free GPUs it fits on");
+                ("elastic_not_wider", text, None)
+            }
+            Growth::NoCheckpoint => {
+                let text = format!("{head}: it has no checkpoint interval, so a wider restart would redo its work");
+                ("elastic_not_wider", text, None)
+            }
+            Growth::At { at, extra, .. } => {
+                let text = format!(
+                    "{head}: grows to {} at its first checkpoint after the resize interval ({}) on free GPUs of pool \
+                     {pool}",
+                    w + extra.len(),
+                    fmt_ms(secs(self.cfg.policy.elastic_resize_interval_s))
+                );
+                ("elastic_grows", text, Some(at))
             }
         }
     }

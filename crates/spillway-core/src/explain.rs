@@ -67,6 +67,10 @@ impl Engine {
                     order.join(", ")
                 );
                 out.push(Reason::new("running", text).on(name).until(None));
+                if j.is_elastic() {
+                    let (code, text, until) = self.why_width(j);
+                    out.push(Reason::new(code, text).on(name).until(until));
+                }
             }
             _ => {
                 let how = j.exit.map_or_else(|| "no exit status".to_string(), |e| e.to_string());

@@ -434,14 +434,18 @@ impl Planner<'_> {
     fn in_pool(&mut self, id: JobId, p: usize, wake: &mut WakeAt) -> InPool {
         let e = self.e;
         let (now, job) = (e.now, &e.c.jobs[id.0 as usize]);
-        let (g, w, model) = (job.spec.gpus_per_worker, job.gang.workers, job.spec.gpu_model.as_deref());
+        // An elastic job is bought for as its rigid twin would be, its most workers; it is held once its fewest
+        // fit (`spare` workers may be missing).
+        let (g, w, model) = (job.spec.gpus_per_worker, job.gang.max_workers, job.spec.gpu_model.as_deref());
+        let spare = w.saturating_sub(job.gang.workers);
         let room = self.limits.maxes[p].saturating_sub(e.c.pools[p].alive + self.planned[p]);
         let free_pool = !self.out.starved.contains_key(&p);
         let claims = |left: u32, room: u32| w > 1 && free_pool && (left == 0 || room > 0);
         let best = e.best_workers_per_node(p, g, model);
         let starving = |left: u32, room: u32| best == 0 || room < left.div_ceil(best);
         let left = fits(&mut self.forks[p], g, w, model, &mut self.slots);
-        if left == 0 {
+        let cannot_buy = e.team_capped(job.team) || room == 0 || self.limits.headroom[p] == 0;
+        if left == 0 || (left <= spare && cannot_buy) {
             self.taken[p] += 1;
             if claims(0, room) {
                 self.out.claimed.extend(ready(&self.slots));
@@ -472,6 +476,10 @@ impl Planner<'_> {
             (pick, pick.is_none().then(|| e.why_no_type(p, g, model, left, quota)))
         };
         let Some((it, nodes)) = pick else {
+            if left <= spare {
+                self.taken[p] += 1;
+                return InPool::Fits;
+            }
             if claims(left, room) {
                 self.out.claimed.extend(ready(&self.slots));
             }
@@ -490,11 +498,11 @@ impl Planner<'_> {
         }
         self.buy(id, p, it, n);
         let left = fits(&mut self.forks[p], g, w, model, &mut self.slots);
-        self.taken[p] += u64::from(left == 0);
+        self.taken[p] += u64::from(left <= spare);
         if claims(left, room - n) {
             self.out.claimed.extend(ready(&self.slots));
         }
-        if left > 0 && starving(left, room - n) {
+        if left > spare && starving(left, room - n) {
             self.out.starved.entry(p).or_insert((g, best));
         }
         InPool::Buys
@@ -504,7 +512,7 @@ impl Planner<'_> {
     fn buy(&mut self, id: JobId, p: usize, it: usize, n: u32) {
         let e = self.e;
         let job = &e.c.jobs[id.0 as usize];
-        let (g, w) = (job.spec.gpus_per_worker, job.gang.workers);
+        let (g, w) = (job.spec.gpus_per_worker, job.gang.max_workers);
         self.limits.headroom[p] -= n;
         self.planned[p] += n;
         crate::quota::take_quota(&e.cfg, it, e.cfg.pools[p].market, n, &mut self.quota_left);

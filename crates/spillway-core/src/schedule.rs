@@ -75,6 +75,8 @@ struct Pass<'a> {
     /// Per pool: whether it could launch a node now. A blocked job that may use one goes to the autoscaler under
     /// the large cap, one that may use none under the small cap (it can only wait or preempt).
     grows: Vec<bool>,
+    /// Per pool: whether it is a cloud pool below its max (it may grow, once out of any cooldown).
+    cloud_room: Vec<bool>,
     /// Per tier and access: when after entering the queue a job may preempt (see `preemption_offset`).
     due_offsets: Vec<Option<Option<Time>>>,
     /// Per tier and access: whether such a job may use a pool that can launch a node now.
@@ -186,6 +188,7 @@ impl<'a> Pass<'a> {
             pool_order,
             now,
             remember,
+            cloud_room: Vec::new(),
             grows,
             due_offsets: vec![None; cfg.tiers.len() * 4],
             buys: vec![None; cfg.tiers.len() * 4],
@@ -282,17 +285,19 @@ impl<'a> Pass<'a> {
                 Some(end) => self.no_room_by_end.get(job, access, u8::from(in_wait)).is_some_and(|f| end >= f),
             };
         if !self.strict_block && !known_full {
-            let need = Need::of(job, now);
-            let order = &self.pool_order[need.tier];
-            let found = match end {
-                None => find_placement(c, cfg, order, &need, &mut self.slots),
-                Some(end) => {
-                    let rule = crate::budget_place::Admit { end, now, in_wait, shadows: &self.shadows };
-                    crate::budget_place::find(c, cfg, order, &need, rule, &mut self.slots)
-                }
-            };
-            if let Some(mut placement) = found {
+            let mut need = Need::of(job, now);
+            let most = job.gang.max_workers;
+            if let Some(mut placement) = self.find(c, &need, end, in_wait) {
                 self.widen(c, id, &mut placement);
+                if self.waits_for_width(c, id, placement.len(), access, burst_at) {
+                    // Narrow here is not worth it: all its workers elsewhere (on nodes bought for it), or wait.
+                    need.w = most;
+                    match self.find(c, &need, end, in_wait) {
+                        Some(full) => self.start(c, id, full),
+                        None => self.wait(c, id, access, burst_at, wake),
+                    }
+                    return;
+                }
                 self.start(c, id, placement);
                 return;
             }
@@ -347,9 +352,34 @@ impl<'a> Pass<'a> {
         let job = &c.jobs[id.0 as usize];
         let pool = placement.first().map(|&(n, _)| c.nodes[n.0 as usize].pool);
         if let Some(p) = pool.filter(|&p| job.is_elastic() && self.wanting[p] <= 1) {
-            let extra = crate::elastic::extra_workers(self.cfg, c, job, p, placement, true, &self.shadows);
+            let extra = crate::elastic::extra_workers(c, job, p, placement, true, &self.shadows);
             placement.extend(extra);
         }
+    }
+
+    /// Returns a placement for `need` in its tier's pool order, under the waiting-budget rule when the job's
+    /// expected `end` matters (see `budget_place`).
+    fn find(&mut self, c: &mut Cluster, need: &Need, end: Option<Time>, in_wait: bool) -> Option<Vec<(NodeId, u32)>> {
+        let order = &self.pool_order[need.tier];
+        match end {
+            None => find_placement(c, self.cfg, order, need, &mut self.slots),
+            Some(end) => {
+                let rule = crate::budget_place::Admit { end, now: self.now, in_wait, shadows: &self.shadows };
+                crate::budget_place::find(c, self.cfg, order, need, rule, &mut self.slots)
+            }
+        }
+    }
+
+    /// Returns whether an elastic job that could make its first start on `w` workers waits for more instead
+    /// ([`crate::elastic::waits_for_width`]); the full width comes from the first cloud pool it may grow.
+    fn waits_for_width(&self, c: &Cluster, id: JobId, w: usize, access: Access, burst_at: Time) -> bool {
+        let job = &c.jobs[id.0 as usize];
+        if !job.is_elastic() || job.attempt > 0 || w >= job.gang.max_workers as usize {
+            return false;
+        }
+        let pools = job_pools(self.cfg, &self.pool_order[job.tier], access);
+        let boot = pools.filter(|&p| self.cloud_room[p]).map(|p| secs(self.cfg.pools[p].boot_latency_s)).min();
+        crate::elastic::waits_for_width(c, job, w, self.now, burst_at, boot)
     }
 
     /// Binds a placement and notes the start.
@@ -489,9 +519,12 @@ impl Engine {
         let shares: Vec<f64> = self.c.teams.iter().map(|t| t.used_gpus as f64 / t.weight).collect();
         let weights: Vec<f64> = self.c.teams.iter().map(|t| t.weight).collect();
         let grows: Vec<bool> = (0..self.cfg.pools.len()).map(|p| self.pool_headroom(p) > 0).collect();
+        let cloud_room: Vec<bool> =
+            (0..self.cfg.pools.len()).map(|p| self.headroom_within(p, self.effective_max(p), true) > 0).collect();
         let Engine { queue, c, cfg, pool_order, exhaustive, now, .. } = self;
         let wanting = crate::elastic::queued_per_pool(queue, pool_order, cfg.pools.len());
         let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, queue.len(), wanting);
+        pass.cloud_room = cloud_room;
         let cut = pass.walk(queue, c, shares, weights, wake);
         for &(pool, _, n) in &pass.reserved {
             // The node may have changed while held (a victim released there); reinsert its current free GPUs.

@@ -1,5 +1,6 @@
-//! Elastic jobs, as a user states what they expect: a job starts as soon as its fewest workers fit and wider when
-//! owned GPUs are free; it grows into owned GPUs that free up, but not sooner than the resize interval, only at a
+//! Elastic jobs, as a user states what they expect: a job starts wide when GPUs are free, narrow when that ends
+//! sooner than waiting for all its workers (or when no cloud pool can give them), and cloud capacity is bought for
+//! all its workers, as for its rigid twin; it grows into owned GPUs that free up, but not sooner than the resize interval, only at a
 //! checkpoint, and never into GPUs a waiting job could use; a reclaimed spot node shrinks it (it goes on at once
 //! on the node it has left) instead of leaving it waiting for a replacement; preemption stops an elastic job
 //! above its fewest workers before a rigid one.
@@ -88,14 +89,24 @@ fn an_elastic_job_starts_on_its_fewest_workers_and_grows_at_a_checkpoint_after_t
     let a = h.run_until(599.0);
     assert!(stops(&a).is_empty(), "no change of width before the 10-minute interval: {a:?}");
     assert_eq!(h.wake(), Some(600.0), "it asks to be woken at the first checkpoint after the interval");
+    let why = width_reason(&h, job);
+    assert_eq!((why.code, why.until), ("elastic_grows", Some(600_000)), "{}", why.text);
+    assert!(why.text.contains("runs on 1 of its 1 to 2 workers: grows to 2"), "{}", why.text);
     let a = h.run_until(600.0);
     assert_eq!(stops(&a), vec![(job, 1, StopReason::Resized { from: 1, to: 2 })]);
     assert_eq!(widths(&a, job), vec![2], "it restarts at once on both nodes");
     assert_eq!(h.job(job).attempt, 2);
     assert_eq!(h.records_of(DecisionKind::JobResized, "grown").len(), 1);
+    assert_eq!(width_reason(&h, job).code, "elastic_at_most");
     // At its most: nothing more to do, however often the engine is woken.
     let a = h.run_until(5_000.0);
     assert!(stops(&a).is_empty(), "{a:?}");
+}
+
+/// What `explain job` says of a running elastic job's width.
+fn width_reason(h: &Harness, job: JobId) -> spillway_core::explain::Reason {
+    let reasons = h.e.explain_job(job).unwrap();
+    reasons.into_iter().find(|r| r.code.starts_with("elastic_")).expect("no reason for the job's width")
 }
 
 #[test]
@@ -106,6 +117,10 @@ fn an_elastic_job_never_grows_into_gpus_a_waiting_job_could_use() {
     assert_eq!(widths(&h.drain(), job), vec![1]);
     // A rigid 2-node job waits: one node frees up, which it cannot use alone.
     let waiting = h.submit(spec("p1", 8, 2));
+    h.drain();
+    let why = width_reason(&h, job);
+    assert_eq!(why.code, "elastic_not_wider");
+    assert!(why.text.contains("1 queued job(s) may use pool onprem"), "{}", why.text);
     h.at(100.0);
     h.event(spillway_core::Event::JobExited { job: filler, attempt: 1, success: true, exit: None });
     let a = h.run_until(3_600.0);
@@ -124,13 +139,16 @@ fn a_reclaimed_spot_node_shrinks_an_elastic_job_which_goes_on_at_once_on_the_nod
     h.notice(lost, 120.0);
     let a = h.drain();
     assert_eq!(stops(&a).len(), 1, "the attempt stops to checkpoint: {a:?}");
+    // A replacement for the node it loses is bought at once.
+    assert_eq!(launches(&a).len(), 1, "{a:?}");
+    h.boot(&a, 240.0);
     // Once its checkpoint is written (60 s), it restarts on the node it still has, without waiting for a
     // replacement to boot (240 s).
     let a = h.run_until(361.0);
     let restarted = starts(&a).into_iter().find(|s| s.0 == job).map(|s| s.2);
     assert_eq!(restarted, Some(vec![(kept, 8)]), "{a:?}");
-    // The cloud takes the node at the end of its notice; the pool replaces it (its minimum) and the job widens
-    // onto the new node once its interval has passed.
+    // The cloud takes the node at the end of its notice; the job widens onto the new node once its interval has
+    // passed.
     h.at(420.0);
     h.event(spillway_core::Event::NodeLost { node: lost });
     let a = h.run_world(3_600.0, 240.0);
@@ -139,12 +157,41 @@ fn a_reclaimed_spot_node_shrinks_an_elastic_job_which_goes_on_at_once_on_the_nod
 }
 
 #[test]
-fn scale_out_buys_for_an_elastic_jobs_fewest_workers_only() {
+fn scale_out_buys_for_an_elastic_jobs_most_workers_as_for_its_rigid_twin() {
     let mut h = Harness::new(&config(0));
     let job = h.submit(elastic("p2", 1, 3));
     let a = h.run_world(1_000.0, 240.0);
+    assert_eq!(launches(&a).len(), 3, "{a:?}");
+    assert_eq!(widths(&a, job), vec![3], "it waits for the nodes bought for it rather than start narrow: {a:?}");
+}
+
+#[test]
+fn an_elastic_job_starts_narrow_at_once_when_no_cloud_pool_can_give_it_all_its_workers() {
+    // The spot pool is at its max (one node): its full width may never come, so it starts on what fits.
+    let cfg = config(0).replace("max_nodes = 4", "max_nodes = 1");
+    let mut h = Harness::new(&cfg);
+    let job = h.submit(elastic("p2", 1, 3));
+    let a = h.run_world(1_000.0, 240.0);
     assert_eq!(launches(&a).len(), 1, "{a:?}");
-    assert_eq!(widths(&a, job), vec![1]);
+    assert_eq!(widths(&a, job), vec![1], "{a:?}");
+}
+
+#[test]
+fn an_elastic_job_starts_narrow_on_owned_gpus_only_when_that_ends_sooner_than_waiting_for_all() {
+    // One owned node is free; the spot pool could give it a second node after its waiting budget and a boot.
+    let cfg = config(1).replace("[tiers.p2]\n", "[tiers.p2]\nburst_after_s = 600\n").replace("burst_after_s = 0\n", "");
+    // A 1-hour job: running on half its workers would take an hour longer than waiting 14 minutes for all.
+    let mut h = Harness::new(&cfg);
+    let mut long = elastic("p2", 1, 2);
+    long.expected_duration_ms = Some(3_600_000);
+    let job = h.submit(long);
+    assert!(widths(&h.drain(), job).is_empty(), "it waits for all its workers");
+    // A 5-minute job: narrow now ends sooner.
+    let mut h = Harness::new(&cfg);
+    let mut short = elastic("p2", 1, 2);
+    short.expected_duration_ms = Some(300_000);
+    let job = h.submit(short);
+    assert_eq!(widths(&h.drain(), job), vec![1]);
 }
 
 #[test]

@@ -445,6 +445,11 @@ impl State {
         }
         self.beat_seq.insert(node, hb.seq);
         self.seen.insert(node, now);
+        if let Some(a) = hb.addr.as_deref().filter(|a| valid_addr(a))
+            && self.addrs.get(&node).is_none_or(|old| old != a)
+        {
+            self.addrs.insert(node, a.to_string());
+        }
         self.awaiting.remove(&node);
         if self.node_state(node) == Some(NodeState::Requested) {
             self.observe(now, Entry::Event(Event::NodeReady { node: NodeId(node) }))?;
@@ -556,4 +561,14 @@ impl State {
             slurm_node: n.held.as_ref().map(|h| h.name.clone()),
         })
     }
+}
+
+/// Returns whether `a` may be a node's address in a job's environment: an IP address, or a host name of letters,
+/// digits, `-` and `.` (at most 253 bytes). Anything else (spaces, shell characters, a URL) is ignored.
+pub(crate) fn valid_addr(a: &str) -> bool {
+    a.parse::<std::net::IpAddr>().is_ok()
+        || (!a.is_empty()
+            && a.len() <= 253
+            && !a.starts_with(['-', '.'])
+            && a.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
 }

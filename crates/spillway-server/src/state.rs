@@ -132,6 +132,10 @@ pub struct State {
     pub cost_rate: Option<spillway_api::CostView>,
     /// Shell clocks (ms): last heartbeat per node, when a launch came back, last logged utilization sample.
     pub(crate) seen: BTreeMap<u32, Time>,
+    /// The address each node's agent says other nodes reach it at (its heartbeats' `addr`): a job's
+    /// `MASTER_ADDR` is its rank-0 node's. In memory only: every node alive at a start reports before any work
+    /// is handed out, and a node runs nothing before its first heartbeat.
+    pub(crate) addrs: BTreeMap<u32, String>,
     pub(crate) launched: BTreeMap<u32, Time>,
     pub(crate) last_metric: BTreeMap<u32, Time>,
     /// Provider instance id per node, as the provider answered.
@@ -201,6 +205,7 @@ impl State {
             cost_minute: None,
             cost_rate: None,
             seen: BTreeMap::new(),
+            addrs: BTreeMap::new(),
             launched: BTreeMap::new(),
             last_metric: BTreeMap::new(),
             instances: BTreeMap::new(),
@@ -480,7 +485,14 @@ impl State {
             workdir: command.workdir,
             checkpoint_dir: dir.join("checkpoints").display().to_string(),
             log_path: dir.join("logs").join(format!("rank-{rank}.log")).display().to_string(),
-            master_addr: "127.0.0.1".into(),
+            // Rank 0's node hosts the group (and torchrun's c10d store); an agent that never said its address
+            // (an older one) is taken to share the daemon's machine, as the local provider's do.
+            master_addr: j
+                .placement
+                .first()
+                .and_then(|&(n, _)| self.addrs.get(&n.0))
+                .cloned()
+                .unwrap_or_else(|| "127.0.0.1".into()),
             // A port per job, away from the well-known range, so gangs on one machine do not collide.
             master_port: 29_500 + (j.id.0 % 20_000) as u16,
             workers_range: Some((j.gang.workers, j.gang.max_workers)),

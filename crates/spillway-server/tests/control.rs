@@ -324,3 +324,35 @@ fn a_pools_minimum_comes_up_at_the_first_tick_with_no_job_in_sight() {
     st.tick(T0 + 6_000, 1_000, &mut rng).unwrap();
     assert_eq!(spot(&st), 2);
 }
+
+#[test]
+fn a_gangs_workers_are_told_the_address_its_rank_0_node_gave_and_never_garbage() {
+    let d = dir("addrs");
+    let (mut st, _) = open(&d, T0);
+    // Node 0's agent sends something that is no address (ignored: 127.0.0.1 stands in), node 1's a real one.
+    let addr = |node: u32| if node == 0 { "10.0.0.10; rm -rf /" } else { "10.0.0.11" };
+    let said = |node: u32| if node == 0 { "127.0.0.1" } else { "10.0.0.11" };
+    for node in [0, 1] {
+        let hb = Heartbeat { node, seq: 1, addr: Some(addr(node).into()), ..Default::default() };
+        st.heartbeat(T0 + 10, &hb).unwrap();
+    }
+    st.apply(
+        T0 + 20,
+        Entry::Submit { spec: spec(2), command: JobCommand { argv: vec!["sleep".into()], ..Default::default() } },
+    )
+    .unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    st.tick(T0 + 100, 100, &mut rng).unwrap();
+    let placement = st.engine.job(JobId(0)).unwrap().placement.clone();
+    assert_eq!(placement.len(), 2, "the gang spans both owned nodes");
+    let rank0 = placement[0].0.0;
+    let mut handed = Vec::new();
+    for node in [0, 1] {
+        let hb = Heartbeat { node, seq: 2, applied: 1, addr: Some(addr(node).into()), ..Default::default() };
+        handed.extend(st.heartbeat(T0 + 200, &hb).unwrap().unwrap().run);
+    }
+    assert_eq!(handed.len(), 2, "{handed:?}");
+    for a in &handed {
+        assert_eq!(a.master_addr, said(rank0), "worker {:?}", a.worker);
+    }
+}

@@ -171,6 +171,45 @@ fn time_sections(
              launches the cloud has not filled). A wide gap means spot capacity is scarce or slow.",
         );
     }
+    if time::has_elastic(&data) {
+        let table = report.elastic.as_ref().map(elastic_table).unwrap_or_default();
+        section(
+            out,
+            "Elastic jobs: width over time, and against the same jobs rigid, spillway run",
+            &format!("{}{table}", time::elastic_chart(&data)),
+            "Solid: GPUs that running elastic jobs hold. Dashed: what the same attempts would hold at their fewest \
+             workers (black) and at their most (grey); the solid line between them is how far they grew into free \
+             capacity. The table runs the same input again with every job rigid at its most workers: cost, and each \
+             elastic job's completion time (JCT) against its rigid twin. A restart costs elastic jobs the set \
+             restart time and rigid ones nothing.",
+        );
+    }
+}
+
+/// The elastic-against-rigid figures as a table.
+fn elastic_table(c: &crate::elastic_cmp::ElasticVsRigid) -> String {
+    let d = |s: f64| esc(&svg::duration(s));
+    let row = |k: &str, e: String, r: String| format!("<tr><td>{k}</td><td>{e}</td><td>{r}</td></tr>\n");
+    let mut out = String::from("<table>\n<tr><th></th><th>elastic</th><th>rigid</th></tr>\n");
+    out.push_str(&row("cost", usd(c.cost_usd.elastic), usd(c.cost_usd.rigid)));
+    out.push_str(&row("mean JCT of the elastic jobs", d(c.mean_jct_s.elastic), d(c.mean_jct_s.rigid)));
+    out.push_str("</table>\n");
+    out.push_str(&format!(
+        "<p class=\"note\">{} jobs elastic ({} finished in both runs). JCT elastic / rigid per job: p10 {:.2}, \
+         p50 {:.2}, p90 {:.2}; {} sooner, {} later by more than 1%. {} growths, {} shrinks; elastic jobs ran on \
+         {:.0}% of their most workers.</p>\n",
+        c.jobs,
+        c.finished_in_both,
+        c.jct_ratio_p10,
+        c.jct_ratio_p50,
+        c.jct_ratio_p90,
+        c.faster,
+        c.slower,
+        c.growths,
+        c.shrinks,
+        c.width_share * 100.0
+    ));
+    out
 }
 
 /// The one-line description of the input.

@@ -39,6 +39,7 @@ fn report() -> Report {
         },
         runs: vec![run("spillway", 91_234.5), run("static-peak", 160_000.0), run("fixed-only", 70_000.0)],
         skipped_policies: Vec::new(),
+        elastic: None,
         capped_bound: None,
         capped_bound_skipped: None,
         bound: BoundReport {

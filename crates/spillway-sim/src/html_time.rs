@@ -219,6 +219,35 @@ pub(super) fn spot_chart(data: &Series) -> String {
     out
 }
 
+/// Returns whether the series has the elastic jobs' columns.
+pub(super) fn has_elastic(data: &Series) -> bool {
+    data.get("elastic:gpus").is_some()
+}
+
+/// Returns the chart of GPUs elastic jobs held over time, against what they would hold at their fewest and at
+/// their most workers.
+pub(super) fn elastic_chart(data: &Series) -> String {
+    let held = data.steps("elastic:gpus").unwrap_or_default();
+    let fewest = data.steps("elastic:fewest_gpus").unwrap_or_default();
+    let most = data.steps("elastic:most_gpus").unwrap_or_default();
+    let legend: Vec<LegendItem> = vec![
+        LegendItem::new(INK, "GPUs elastic jobs hold", Swatch::Line).keyed("elastic:held"),
+        LegendItem::new(INK, "at their fewest workers", Swatch::Dashed).keyed("elastic:fewest"),
+        LegendItem::new(colors::IDLE, "at their most workers", Swatch::Dashed).keyed("elastic:most"),
+    ];
+    let (y_hi, yticks) = gpu_axis(max_y([&held, &fewest, &most]));
+    let f = Frame::new(260.0, svg::legend_rows(&legend, svg::WIDTH), data.x, Scale::linear(0.0, y_hi));
+    let mut out = String::new();
+    svg::open(&mut out, &f, "GPUs elastic jobs hold over time, against their fewest and most workers");
+    svg::axes(&mut out, &f, &data.xticks(8), &yticks, &data.xtitle(), "GPUs");
+    svg::legend(&mut out, &f, &legend);
+    svg::line(&mut out, &f, &most, colors::IDLE, 1.4, Some("5 3"), "elastic:most");
+    svg::line(&mut out, &f, &fewest, INK, 1.4, Some("5 3"), "elastic:fewest");
+    svg::line(&mut out, &f, &held, INK, 2.0, None, "elastic:held");
+    out.push_str("</svg>\n");
+    out
+}
+
 /// Returns chart 2: cumulative cost by market as stacked areas.
 pub(super) fn cost_chart(data: &Series) -> String {
     const MARKETS: [(&str, &str); 3] = [("fixed", "fixed"), ("on_demand", "on-demand"), ("spot", "spot")];

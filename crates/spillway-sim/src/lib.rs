@@ -9,6 +9,7 @@
 
 pub mod capped_bound;
 pub mod demand;
+pub mod elastic_cmp;
 pub mod html;
 pub mod input;
 pub mod policies;

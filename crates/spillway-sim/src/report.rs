@@ -155,6 +155,9 @@ pub struct Report {
     /// References not run on this config, with why (see `policies::skipped_for`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped_policies: Vec<SkippedPolicy>,
+    /// When any job is elastic: the `spillway` run against the same jobs rigid (`elastic_cmp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<crate::elastic_cmp::ElasticVsRigid>,
 }
 
 /// A reference a report left out, and why.
@@ -166,7 +169,10 @@ pub struct SkippedPolicy {
 
 /// A table of samples over time. The first column is `time_s` (seconds from the start of the trace); the others
 /// are named `demand:queued_gpus`, `demand:running_gpus`, `pool:<name>:capacity_gpus`, `pool:<name>:busy_gpus`,
-/// `pool:<name>:nodes`, and `cost:fixed`, `cost:on_demand`, `cost:spot` (cumulative USD).
+/// `pool:<name>:nodes`, `cost:fixed`, `cost:on_demand`, `cost:spot` (cumulative USD), `spot:ready_nodes`,
+/// `spot:requested_nodes`, and, when any job is elastic, `elastic:gpus`, `elastic:fewest_gpus` and
+/// `elastic:most_gpus` (GPUs running elastic attempts hold, and would hold at their fewest and at their most
+/// workers).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TimeSeries {
     pub columns: Vec<String>,

@@ -49,6 +49,7 @@ pub fn compare(
         spot: Default::default(),
         predictive: None,
         skipped_policies: Vec::new(),
+        elastic: None,
     };
     report.skipped_policies = crate::policies::skipped_for(cfg)
         .into_iter()
@@ -69,6 +70,7 @@ pub fn compare(
                 Ok(b) => report.capped_bound = Some(b),
                 Err(why) => report.capped_bound_skipped = Some(why),
             }
+            report.elastic = crate::elastic_cmp::compare(&pcfg, jobs, opts)?;
             main = Some((out, pcfg));
         } else {
             others.insert(policy.to_string(), out.series);

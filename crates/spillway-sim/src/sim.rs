@@ -132,9 +132,26 @@ struct Truth {
     speed: f64,
     restart_ms: Millis,
     serial_fraction: f64,
+    fewest: u32,
     most_workers: u32,
     elastic: bool,
     started: bool,
+}
+
+/// GPUs of running elastic attempts: held, at their fewest workers, at their most (`elastic:*` series columns).
+#[derive(Default)]
+struct ElasticGpus([i64; 3]);
+
+impl ElasticGpus {
+    /// Counts a start (`sign` 1) or an end (-1) of an attempt of `t`, when it is elastic.
+    fn count(&mut self, t: &Truth, sign: i64) {
+        if t.elastic {
+            let most = t.need_gpus / i64::from(t.fewest.max(1)) * i64::from(t.most_workers);
+            for (x, v) in self.0.iter_mut().zip([t.gpus, t.need_gpus, most]) {
+                *x += sign * v;
+            }
+        }
+    }
 }
 
 impl Truth {
@@ -209,6 +226,8 @@ struct Sim<'a> {
     lost_gpu_ms: i128,
     queued_gpus: i64,
     running_gpus: i64,
+    /// `Some` when any job is elastic (the series then has the `elastic:*` columns).
+    elastic_gpus: Option<ElasticGpus>,
     actions: Vec<(Time, Action)>,
 }
 
@@ -243,7 +262,7 @@ impl<'a> Sim<'a> {
                 })
                 .collect(),
             decisions: Vec::new(),
-            series: TimeSeries { columns: series_columns(cfg), rows: Vec::new() },
+            series: TimeSeries { columns: series_columns(cfg, jobs), rows: Vec::new() },
             sample_ms,
             events: 0,
             finished: 0,
@@ -252,6 +271,7 @@ impl<'a> Sim<'a> {
             lost_gpu_ms: 0,
             queued_gpus: 0,
             running_gpus: 0,
+            elastic_gpus: jobs.iter().any(|j| j.spec.is_elastic()).then(ElasticGpus::default),
             actions: Vec::new(),
         };
         s.push(t0, SimEvent::Sample);
@@ -441,6 +461,7 @@ impl<'a> Sim<'a> {
             speed: 1.0,
             restart_ms: 0,
             serial_fraction: j.serial_fraction,
+            fewest: j.spec.fewest_workers(),
             most_workers: j.spec.workers,
             elastic: j.spec.is_elastic(),
             started: false,
@@ -486,6 +507,9 @@ impl<'a> Sim<'a> {
                     self.finished += 1;
                     self.last_end = now;
                     self.running_gpus -= self.truth[job.0 as usize].gpus;
+                    if let Some(e) = &mut self.elastic_gpus {
+                        e.count(&self.truth[job.0 as usize], -1);
+                    }
                 }
                 self.engine.handle_event(now, Event::JobExited { job, attempt, success: true, exit: None })
             }
@@ -559,6 +583,9 @@ impl<'a> Sim<'a> {
                 let end = now + t.restart_ms + run.max(1);
                 self.queued_gpus -= t.need_gpus;
                 self.running_gpus += t.gpus;
+                if let Some(e) = &mut self.elastic_gpus {
+                    e.count(t, 1);
+                }
                 self.push(end, SimEvent::JobExit(job, attempt));
             }
             Action::StopJob { job, reason, .. } => {
@@ -580,6 +607,9 @@ impl<'a> Sim<'a> {
                 t.remaining_ms = (t.remaining_ms - progress).max(1);
                 self.lost_gpu_ms += (elapsed - saved) as i128 * t.gpus as i128;
                 self.running_gpus -= t.gpus;
+                if let Some(e) = &mut self.elastic_gpus {
+                    e.count(t, -1);
+                }
                 if reason != StopReason::Cancelled {
                     self.queued_gpus += t.need_gpus;
                 }
@@ -706,11 +736,14 @@ impl<'a> Sim<'a> {
         let (alive, requested) =
             spot.fold((0, 0), |(a, r), (i, _)| (a + c.pools[i].ready.len(), r + c.pools[i].requested.len()));
         row.extend([alive as f64, requested as f64]);
+        if let Some(e) = &self.elastic_gpus {
+            row.extend(e.0.map(|g| g as f64));
+        }
         self.series.rows.push(row);
     }
 }
 
-fn series_columns(cfg: &Config) -> Vec<String> {
+fn series_columns(cfg: &Config, jobs: &[SimJob]) -> Vec<String> {
     let mut cols = vec!["time_s".to_string(), "demand:queued_gpus".into(), "demand:running_gpus".into()];
     for p in &cfg.pools {
         cols.extend([
@@ -721,5 +754,8 @@ fn series_columns(cfg: &Config) -> Vec<String> {
     }
     cols.extend(["cost:fixed".into(), "cost:on_demand".into(), "cost:spot".into()]);
     cols.extend(["spot:ready_nodes".into(), "spot:requested_nodes".into()]);
+    if jobs.iter().any(|j| j.spec.is_elastic()) {
+        cols.extend(["elastic:gpus".into(), "elastic:fewest_gpus".into(), "elastic:most_gpus".into()]);
+    }
     cols
 }

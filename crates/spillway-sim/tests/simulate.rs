@@ -246,3 +246,38 @@ fn a_cloud_only_config_skips_the_owned_references_and_says_why() {
     // A hybrid config runs every reference and skips none.
     assert!(run(&hybrid(), &bursty_day(&hybrid()), 3).report.skipped_policies.is_empty());
 }
+
+#[test]
+fn elastic_jobs_are_compared_with_their_rigid_twins_and_their_width_is_charted() {
+    let cfg = example("hybrid.toml");
+    let mut jobs = bursty_day(&cfg);
+    let n = spillway_sim::input::make_elastic(&mut jobs, 0.5, false, 3);
+    assert!(n > 0, "no job was made elastic");
+    let cmp = run(&cfg, &jobs, 3);
+    let e = cmp.report.elastic.as_ref().expect("no comparison with the rigid twins");
+    assert_eq!(e.jobs, n);
+    assert_eq!(e.finished_in_both, n, "every elastic job and its twin finish");
+    assert!(e.cost_usd.elastic > 0.0 && e.cost_usd.rigid > 0.0);
+    assert!(e.jct_ratio_p10 <= e.jct_ratio_p50 && e.jct_ratio_p50 <= e.jct_ratio_p90);
+    assert!(e.width_share > 0.0 && e.width_share <= 1.0 + 1e-9, "{}", e.width_share);
+    for col in ["elastic:gpus", "elastic:fewest_gpus", "elastic:most_gpus"] {
+        assert!(cmp.series.columns.iter().any(|c| c == col), "no {col} column");
+    }
+    // At every sample, elastic jobs hold between their fewest and their most workers' GPUs.
+    let at = |c: &str| cmp.series.columns.iter().position(|x| x == c).unwrap();
+    let (held, fewest, most) = (at("elastic:gpus"), at("elastic:fewest_gpus"), at("elastic:most_gpus"));
+    assert!(cmp.series.rows.iter().any(|r| r[held] > 0.0), "no elastic job ever ran");
+    for r in &cmp.series.rows {
+        assert!(r[fewest] <= r[held] && r[held] <= r[most], "{} <= {} <= {}", r[fewest], r[held], r[most]);
+    }
+    let dir = temp_dir("elastic");
+    write_outputs(&dir, &cmp, cfg.start_ms).unwrap();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("Elastic jobs: width over time"), "no elastic section in report.html");
+    let _ = std::fs::remove_dir_all(&dir);
+    // The same jobs rigid have no comparison and no elastic columns.
+    let rigid = spillway_sim::elastic_cmp::rigid_copy(&jobs);
+    let cmp = run(&cfg, &rigid, 3);
+    assert!(cmp.report.elastic.is_none());
+    assert!(!cmp.series.columns.iter().any(|c| c.starts_with("elastic:")));
+}

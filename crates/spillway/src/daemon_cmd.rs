@@ -92,6 +92,10 @@ pub struct AgentArgs {
     /// provider's user-data passes it).
     #[arg(long, value_name = "URL")]
     imds_url: Option<String>,
+    /// The address other nodes reach this node at, for the jobs whose rank 0 runs here (`MASTER_ADDR`, the
+    /// rendezvous endpoint). Default: the local address of this machine's route to --server.
+    #[arg(long, value_name = "ADDR")]
+    advertise_addr: Option<String>,
 }
 
 /// Runs the node agent until its node is terminated.
@@ -110,6 +114,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         heartbeat_ms: a.heartbeat_ms,
         run_as: a.run_as,
         imds_url: a.imds_url,
+        advertise_addr: a.advertise_addr,
     })
 }
 

@@ -63,10 +63,13 @@ pub struct Args {
     #[arg(long)]
     hide_durations: bool,
     /// Make this share (0-1) of the jobs with 2 or more GPUs elastic: G GPUs become G workers of 1 GPU that may
-    /// run on as few as half of them (picked by --seed; each restart of one costs --elastic-restart).
+    /// run on as few as half of them (picked by --seed; each restart of one costs --elastic-restart). Whenever
+    /// any job is elastic, the spillway run is also compared with the same jobs rigid (printed, and in the
+    /// reports).
     #[arg(long, value_parser = parse_share)]
     elastic: Option<f64>,
-    /// With --elastic: give the same jobs the same shape but keep them rigid (the comparison run).
+    /// With --elastic: give the same jobs the same shape but keep them rigid (the whole report of the comparison
+    /// run).
     #[arg(long, requires = "elastic")]
     elastic_rigid: bool,
     /// What each restart of an elastic job costs before it makes progress again (re-forming its group, loading
@@ -250,6 +253,9 @@ pub fn run(args: Args) -> Result<()> {
         started.elapsed().as_secs_f64()
     ));
     say(&summary_table(&cmp.report));
+    if let Some(e) = &cmp.report.elastic {
+        say(&format!("\n{}", spillway_sim::elastic_cmp::table(e)));
+    }
     let mut cmp = cmp;
     if let Some(tiers) = &sweep_tiers {
         let sweep = spillway_sim::sweep::sweep(&cfg, &jobs, tiers, &opts, |label| {

@@ -461,6 +461,7 @@ impl World {
                     gpu_utilization: None,
                     notices: Vec::new(),
                     session_tokens: false,
+                    addr: Some(format!("10.0.{}.{}", a.node / 250, a.node % 250 + 1)),
                 };
                 beats.push((a.token.clone(), hb));
             }
