@@ -102,6 +102,12 @@ impl JobSubmit {
         opt("workdir", &self.workdir, MAX_WORKDIR_BYTES)?;
         check_count("gpus", self.gpus, MAX_GPUS_PER_WORKER)?;
         check_count("workers", self.workers.unwrap_or(1), MAX_WORKERS)?;
+        if let Some(most) = self.max_workers {
+            check_count("max_workers", most, MAX_WORKERS)?;
+        }
+        if let Some(least) = self.min_workers {
+            check_count("min_workers", least, MAX_WORKERS)?;
+        }
         check_argv(&self.argv)?;
         check_env(&self.env)?;
         check_secs(
@@ -272,7 +278,11 @@ pub struct JobView {
     /// Starts so far (the running attempt's number while running).
     pub attempt: u32,
     pub gpus: u32,
+    /// Its most workers (all of them for a rigid job).
     pub workers: u32,
+    /// An elastic job's fewest workers; absent for a rigid job. A running job's width is `nodes`' placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_workers: Option<u32>,
     pub argv: Vec<String>,
     pub submitted_at: f64,
     pub started_at: Option<f64>,

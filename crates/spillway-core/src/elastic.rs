@@ -5,8 +5,8 @@
 //!
 //! - **Start**: a job starts at full width when it fits, and otherwise on as many workers as fit (at least its
 //!   fewest) only when that ends sooner than waiting for all of them ([`waits_for_width`]: its expected run at
-//!   linear speedup, against the rest of its waiting budget plus a cloud node's boot); with no cloud pool able to
-//!   grow for it, it starts narrow at once. A job that already ran (shrunk by a reclaim, a lost node or a
+//!   linear speedup, against the rest of its waiting budget plus a cloud node's boot, or the time the owned nodes
+//!   expected to drain first would hold them all); when neither can give them, it starts narrow at once. A job that already ran (shrunk by a reclaim, a lost node or a
 //!   preemption) restarts narrow at once.
 //! - **What is bought**: scale-out buys for an elastic job's most workers, as for its rigid twin; it counts as
 //!   served once its fewest fit.
@@ -67,16 +67,15 @@ pub(crate) fn extra_workers(
 }
 
 /// Returns whether elastic `job`, able to make its first start now on `w` of its most workers, should rather wait
-/// for all of them: at linear speedup its expected run `D` takes `D (most / w - 1)` longer narrow, against a wait
-/// for full width of the rest of its waiting budget (`burst_at`) plus a cloud node's `boot`. `boot` is `None` when
-/// no cloud pool it may use can grow: then full width may never come, and it starts narrow. (A job that already
-/// ran restarts narrow at once: shrinking is what keeps it going.)
-pub(crate) fn waits_for_width(c: &Cluster, job: &Job, w: usize, now: Time, burst_at: Time, boot: Option<Time>) -> bool {
-    let (Some(boot), Ok(w)) = (boot, i64::try_from(w)) else { return false };
+/// for all of them, which it could have at `full_at`: at linear speedup its expected run `D` takes
+/// `D (most / w - 1)` longer narrow. `full_at` is `None` when nothing says all its workers will ever come (no cloud
+/// pool it may use can grow, no owned nodes that could hold it): then it starts narrow. (A job that already ran
+/// restarts narrow at once: shrinking is what keeps it going.)
+pub(crate) fn waits_for_width(c: &Cluster, job: &Job, w: usize, now: Time, full_at: Option<Time>) -> bool {
+    let (Some(full_at), Ok(w)) = (full_at, i64::try_from(w)) else { return false };
     if w == 0 {
         return false;
     }
-    let full_at = burst_at.max(now).saturating_add(boot);
     let run = crate::budget_place::expected_run(c, job);
     let slower = run.saturating_mul(i64::from(job.gang.max_workers) - w) / w;
     slower >= full_at - now

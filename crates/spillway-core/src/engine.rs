@@ -34,8 +34,8 @@ pub enum SubmitError {
     GangOverflow { gpus: u32, workers: u32 },
     /// No single pool the job may use could ever hold the whole gang; `largest` is the most workers of its size
     /// any could, and `room` says where (empty when none holds one).
-    #[error("workers: {} of {} cannot run: the largest gang tier {tier} could ever run is {largest}{room}", count(*workers, "worker"), count(*gpus, "GPU"))]
-    GangTooLarge { workers: u32, gpus: u32, tier: String, largest: u32, room: String },
+    #[error("{field}: {} of {} cannot run: the largest gang tier {tier} could ever run is {largest}{room}", count(*workers, "worker"), count(*gpus, "GPU"))]
+    GangTooLarge { field: &'static str, workers: u32, gpus: u32, tier: String, largest: u32, room: String },
     /// An elastic job's fewest workers exceed its most.
     #[error("min_workers: {min} is more than max_workers ({max})")]
     ElasticRange { min: u32, max: u32 },
@@ -58,9 +58,8 @@ impl SubmitError {
             SubmitError::TooLarge { .. } => "gpus",
             SubmitError::ElasticRange { .. } => "min_workers",
             SubmitError::NoSuchModel { .. } => "gpu_type",
-            SubmitError::OverQuota { .. } | SubmitError::GangOverflow { .. } | SubmitError::GangTooLarge { .. } => {
-                "workers"
-            }
+            SubmitError::GangTooLarge { field, .. } => field,
+            SubmitError::OverQuota { .. } | SubmitError::GangOverflow { .. } => "workers",
         }
     }
 }
@@ -191,8 +190,14 @@ fn check_gang_fits(cfg: &Config, tier: usize, spec: &JobSpec) -> Result<(), Subm
     let interruptible = spec.interruptible.unwrap_or(t.interruptible);
     let room = cfg.largest_gang(tier, spec.gpus_per_worker, spec.gpu_model.as_deref(), interruptible);
     let largest = room.map_or(0, |r| r.workers);
-    // An elastic job needs only its fewest workers to fit; it grows as far as room allows.
-    if spec.fewest_workers() <= largest {
+    // An elastic job's fewest workers must fit to start, and its most too: more than could ever run would only
+    // be bought for (scale-out buys for them) and never used. Each refusal names its own field.
+    let (field, workers) = match spec.min_workers.filter(|_| spec.is_elastic()) {
+        Some(min) if min > largest => ("min_workers", min),
+        Some(_) => ("max_workers", spec.workers),
+        None => ("workers", spec.workers),
+    };
+    if workers <= largest {
         return Ok(());
     }
     let room = match room {
@@ -211,13 +216,7 @@ fn check_gang_fits(cfg: &Config, tier: usize, spec: &JobSpec) -> Result<(), Subm
         // Otherwise the pools whose nodes would hold a worker may have none now (max_nodes lowered to 0).
         None => " (no pool it may use may have a node now that holds a worker of this size)".to_string(),
     };
-    Err(SubmitError::GangTooLarge {
-        workers: spec.fewest_workers(),
-        gpus: spec.gpus_per_worker,
-        tier: t.name.clone(),
-        largest,
-        room,
-    })
+    Err(SubmitError::GangTooLarge { field, workers, gpus: spec.gpus_per_worker, tier: t.name.clone(), largest, room })
 }
 
 impl Engine {

@@ -371,15 +371,27 @@ impl<'a> Pass<'a> {
     }
 
     /// Returns whether an elastic job that could make its first start on `w` workers waits for more instead
-    /// ([`crate::elastic::waits_for_width`]); the full width comes from the first cloud pool it may grow.
+    /// ([`crate::elastic::waits_for_width`]): all of them come from the first cloud pool it may grow, or from the
+    /// owned nodes expected to drain first (as a waiting gang's hold counts them).
     fn waits_for_width(&self, c: &Cluster, id: JobId, w: usize, access: Access, burst_at: Time) -> bool {
         let job = &c.jobs[id.0 as usize];
         if !job.is_elastic() || job.attempt > 0 || w >= job.gang.max_workers as usize {
             return false;
         }
-        let pools = job_pools(self.cfg, &self.pool_order[job.tier], access);
-        let boot = pools.filter(|&p| self.cloud_room[p]).map(|p| secs(self.cfg.pools[p].boot_latency_s)).min();
-        crate::elastic::waits_for_width(c, job, w, self.now, burst_at, boot)
+        let order = &self.pool_order[job.tier];
+        let boot = job_pools(self.cfg, order, access)
+            .filter(|&p| self.cloud_room[p])
+            .map(|p| secs(self.cfg.pools[p].boot_latency_s))
+            .min();
+        let cloud_at = boot.map(|b| burst_at.max(self.now).saturating_add(b));
+        let mut all = Need::of(job, self.now);
+        all.w = job.gang.max_workers;
+        let drained_at = crate::budget_place::shadow_hold(c, self.cfg, order, &all, self.now).first().map(|h| h.1);
+        let full_at = match (cloud_at, drained_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        crate::elastic::waits_for_width(c, job, w, self.now, full_at)
     }
 
     /// Binds a placement and notes the start.

@@ -81,7 +81,10 @@ fn an_elastic_job_starts_wide_when_owned_gpus_are_free() {
 fn an_elastic_job_starts_on_its_fewest_workers_and_grows_at_a_checkpoint_after_the_interval() {
     let mut h = Harness::new(&config(2));
     let filler = h.submit(spec("p1", 8, 1));
-    let job = h.submit(elastic("p1", 1, 2));
+    // Half an hour: on one worker it ends before the filler's node is expected to drain (an hour).
+    let mut half_hour = elastic("p1", 1, 2);
+    half_hour.expected_duration_ms = Some(1_800_000);
+    let job = h.submit(half_hour);
     let a = h.drain();
     assert_eq!(widths(&a, job), vec![1], "one owned node is taken: it starts on one worker at once");
     h.at(100.0);
@@ -113,7 +116,10 @@ fn width_reason(h: &Harness, job: JobId) -> spillway_core::explain::Reason {
 fn an_elastic_job_never_grows_into_gpus_a_waiting_job_could_use() {
     let mut h = Harness::new(&config(3));
     let filler = h.submit(spec("p1", 8, 2));
-    let job = h.submit(elastic("p1", 1, 2));
+    // A short job: on one worker it still ends before the filler's nodes are expected to drain (an hour).
+    let mut short = elastic("p1", 1, 2);
+    short.expected_duration_ms = Some(600_000);
+    let job = h.submit(short);
     assert_eq!(widths(&h.drain(), job), vec![1]);
     // A rigid 2-node job waits: one node frees up, which it cannot use alone.
     let waiting = h.submit(spec("p1", 8, 2));
@@ -167,12 +173,16 @@ fn scale_out_buys_for_an_elastic_jobs_most_workers_as_for_its_rigid_twin() {
 
 #[test]
 fn an_elastic_job_starts_narrow_at_once_when_no_cloud_pool_can_give_it_all_its_workers() {
-    // The spot pool is at its max (one node): its full width may never come, so it starts on what fits.
-    let cfg = config(0).replace("max_nodes = 4", "max_nodes = 1");
+    // The spot pool is at its max (two nodes), one of them busy: its full width may never come.
+    let cfg = config(0).replace("max_nodes = 4", "max_nodes = 2");
     let mut h = Harness::new(&cfg);
-    let job = h.submit(elastic("p2", 1, 3));
-    let a = h.run_world(1_000.0, 240.0);
-    assert_eq!(launches(&a).len(), 1, "{a:?}");
+    let (busy, done) = (h.submit(spec("p2", 8, 1)), h.submit(spec("p2", 8, 1)));
+    h.run_world(300.0, 240.0);
+    assert!(h.job(busy).placement.len() == 1 && h.job(done).placement.len() == 1);
+    h.event(spillway_core::Event::JobExited { job: done, attempt: 1, success: true, exit: None });
+    let job = h.submit(elastic("p2", 1, 2));
+    let a = h.drain();
+    assert!(launches(&a).is_empty(), "{a:?}");
     assert_eq!(widths(&a, job), vec![1], "{a:?}");
 }
 
@@ -236,4 +246,15 @@ fn a_job_with_fewest_workers_above_its_most_is_refused_naming_the_field() {
     s.min_workers = Some(0);
     let err = h.e.submit(0, s).err().map(|e| e.to_string()).unwrap_or_default();
     assert_eq!(err, "min_workers: must be at least 1");
+    // More workers than the tier could ever run: the field at fault is named, fewest or most. (p1 may use the
+    // two owned 8-GPU nodes only.)
+    let mut s = spec("p1", 8, 1_000);
+    s.min_workers = Some(1);
+    let err = h.e.submit(0, s).expect_err("refused");
+    assert_eq!(err.field(), "max_workers", "{err}");
+    let mut s = spec("p1", 8, 8);
+    s.min_workers = Some(3);
+    let err = h.e.submit(0, s).expect_err("refused");
+    assert_eq!(err.field(), "min_workers", "{err}");
+    assert!(err.to_string().starts_with("min_workers: 3 workers of 8 GPUs cannot run"), "{err}");
 }

@@ -137,6 +137,7 @@ pub fn job(st: &State, j: &Job, now: Time) -> JobView {
         attempt: j.attempt,
         gpus: j.spec.gpus_per_worker,
         workers: j.spec.workers,
+        min_workers: j.spec.is_elastic().then_some(j.gang.workers),
         argv: st.commands.get(j.id.0 as usize).map(|c| c.argv.clone()).unwrap_or_default(),
         submitted_at: secs(j.submitted),
         started_at: j.first_start.map(secs),
