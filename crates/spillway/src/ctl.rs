@@ -342,13 +342,19 @@ pub fn build_submit(args: &SubmitArgs, file: JobFile) -> Result<JobSubmit> {
         )
         .into());
     }
+    // `workers` and `max_workers` name one thing: a flag under either name overrides the file's under either.
+    let (workers, max_workers) = if args.workers.is_some() || args.max_workers.is_some() {
+        (args.workers, args.max_workers)
+    } else {
+        (file.workers, file.max_workers)
+    };
     Ok(JobSubmit {
         name: args.name.clone().or(file.name),
         tier: args.tier.clone().or(file.tier).unwrap_or_else(|| "p1".to_string()),
         team: args.team.clone().or(file.team),
         gpus: args.gpus.or(file.gpus).unwrap_or(1),
-        workers: args.workers.or(file.workers),
-        max_workers: args.max_workers.or(file.max_workers),
+        workers,
+        max_workers,
         min_workers: args.min_workers.or(file.min_workers),
         argv,
         env,

@@ -74,6 +74,18 @@ fn defaults_and_missing_argv() {
 }
 
 #[test]
+fn a_flag_for_the_most_workers_overrides_the_file_under_either_name() {
+    let file = || JobFile { max_workers: Some(2), min_workers: Some(1), ..JobFile::default() };
+    let args = SubmitArgs { argv: vec!["true".into()], workers: Some(5), ..Default::default() };
+    let s = build_submit(&args, file()).ok().unwrap_or_default();
+    assert_eq!((s.workers, s.max_workers, s.min_workers), (Some(5), None, Some(1)));
+    let file = JobFile { workers: Some(3), ..JobFile::default() };
+    let args = SubmitArgs { argv: vec!["true".into()], max_workers: Some(4), ..Default::default() };
+    let s = build_submit(&args, file).ok().unwrap_or_default();
+    assert_eq!((s.workers, s.max_workers), (None, Some(4)));
+}
+
+#[test]
 fn the_job_file_covers_every_submit_field() {
     // A field added to JobSubmit but not to JobFile makes this fail (deny_unknown_fields).
     let full = JobSubmit {
