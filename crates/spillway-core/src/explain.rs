@@ -151,10 +151,20 @@ impl Engine {
         let free: Vec<u32> = ready.map(|n| n.free()).collect();
         let room: u32 = free.iter().map(|f| f / g.max(1)).sum();
         if pool.market == Market::Fixed {
-            let (code, fits) =
-                if room >= w { ("room_now", "the gang fits now") } else { ("gang_does_not_fit", "too little") };
+            let most = j.gang.max_workers;
+            let (code, fits) = match (room >= most, room >= w) {
+                (true, _) => ("room_now", "the gang fits now"),
+                // An elastic job whose fewest fit waits only where starting narrow would end later.
+                (false, true) => (
+                    "room_for_fewest",
+                    "its fewest workers fit now; it waits for all of them where starting on fewer would end later",
+                ),
+                (false, false) => ("gang_does_not_fit", "too little"),
+            };
+            let gang = if most > w { format!("{w} to {most}") } else { w.to_string() };
             let text = format!(
-                "pool {name}: room for {room} of the gang's {w} workers of {g} GPUs ({} free GPUs on {} nodes): {fits}",
+                "pool {name}: room for {room} of the gang's {gang} workers of {g} GPUs ({} free GPUs on {} nodes): \
+                 {fits}",
                 free.iter().sum::<u32>(),
                 free.len()
             );

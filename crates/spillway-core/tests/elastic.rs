@@ -196,6 +196,10 @@ fn an_elastic_job_starts_narrow_on_owned_gpus_only_when_that_ends_sooner_than_wa
     long.expected_duration_ms = Some(3_600_000);
     let job = h.submit(long);
     assert!(widths(&h.drain(), job).is_empty(), "it waits for all its workers");
+    let reasons = h.e.explain_job(job).unwrap();
+    let onprem = reasons.iter().find(|r| r.pool.as_deref() == Some("onprem")).expect("no reason for onprem");
+    assert_eq!(onprem.code, "room_for_fewest", "{}", onprem.text);
+    assert!(onprem.text.contains("room for 1 of the gang's 1 to 2 workers"), "{}", onprem.text);
     // A 5-minute job: narrow now ends sooner.
     let mut h = Harness::new(&cfg);
     let mut short = elastic("p2", 1, 2);
