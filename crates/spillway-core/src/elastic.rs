@@ -6,8 +6,8 @@
 //! - **Start**: a job starts at full width when it fits, and otherwise on as many workers as fit (at least its
 //!   fewest) only when that ends sooner than waiting for all of them ([`waits_for_width`]: its expected run at
 //!   linear speedup, against the rest of its waiting budget plus a cloud node's boot, or the time the owned nodes
-//!   expected to drain first would hold them all); when neither can give them, it starts narrow at once. A job that already ran (shrunk by a reclaim, a lost node or a
-//!   preemption) restarts narrow at once.
+//!   expected to drain first would hold them all); when neither can give them, it starts narrow at once. A job
+//!   that already ran (shrunk by a reclaim, a lost node or a preemption) restarts narrow at once.
 //! - **What is bought**: scale-out buys for an elastic job's most workers, as for its rigid twin; it counts as
 //!   served once its fewest fit.
 //! - **What extra workers take**: free GPUs in the job's own pool (one pool per job, as for any gang), at the
@@ -33,8 +33,8 @@ use crate::time::{Time, fmt_ms, secs};
 const GROW_TOLERANCE_MS: Time = 1_000;
 
 /// Returns workers to add to an elastic `job` in `pool`, on its free GPUs, best fit first, up to its most
-/// workers. `placed`: workers it has there (bound or not yet: `unbound` says,
-/// so their GPUs are counted taken); `skip`: nodes it may not use.
+/// workers. `placed`: workers it has there (bound or not yet: `unbound` says, so their GPUs are counted taken);
+/// `skip`: nodes it may not use.
 pub(crate) fn extra_workers(
     c: &Cluster,
     job: &Job,
@@ -99,7 +99,7 @@ pub(crate) enum Growth {
     AtMost,
     /// This many queued jobs may use its pool: they come first.
     Wanted(usize),
-    /// Its pool has no free GPUs that add no cloud spending.
+    /// Its pool has no free GPUs it fits on.
     NoRoom,
     /// It has no checkpoint interval: a restart on more workers would redo all its work.
     NoCheckpoint,

@@ -444,8 +444,9 @@ impl Planner<'_> {
         let best = e.best_workers_per_node(p, g, model);
         let starving = |left: u32, room: u32| best == 0 || room < left.div_ceil(best);
         let left = fits(&mut self.forks[p], g, w, model, &mut self.slots);
-        let cannot_buy = e.team_capped(job.team) || room == 0 || self.limits.headroom[p] == 0;
-        if left == 0 || (left <= spare && cannot_buy) {
+        // An elastic job whose fewest fit is held here when the pool cannot buy for the rest (judged only then).
+        let cannot_buy = || room == 0 || self.limits.headroom[p] == 0 || e.team_capped(job.team);
+        if left == 0 || (left <= spare && cannot_buy()) {
             self.taken[p] += 1;
             if claims(0, room) {
                 self.out.claimed.extend(ready(&self.slots));

@@ -387,10 +387,7 @@ impl<'a> Pass<'a> {
         let mut all = Need::of(job, self.now);
         all.w = job.gang.max_workers;
         let drained_at = crate::budget_place::shadow_hold(c, self.cfg, order, &all, self.now).first().map(|h| h.1);
-        let full_at = match (cloud_at, drained_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let full_at = cloud_at.into_iter().chain(drained_at).min();
         crate::elastic::waits_for_width(c, job, w, self.now, full_at)
     }
 

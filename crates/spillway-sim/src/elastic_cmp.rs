@@ -1,13 +1,66 @@
-//! Elastic jobs against the same jobs run rigid (`simulate` when any job is elastic): the same input simulated
-//! twice under the same policy, once as given and once with every job rigid at its most workers, compared job by
-//! job. Rigid restarts cost nothing in the simulator and elastic ones cost `SimOptions::elastic_restart_ms`, so
-//! the comparison leans toward rigid.
+//! Elastic jobs against the same jobs run rigid (`simulate` when any job is elastic): a run of the input as given
+//! against a run under the same policy with every job rigid at its most workers, compared job by job. Rigid
+//! restarts cost nothing in the simulator and elastic ones cost `SimOptions::elastic_restart_ms`, so the
+//! comparison leans toward rigid.
 
 use crate::input::SimJob;
 use crate::sim::{SimError, SimOptions, SimOutcome, simulate};
 use serde::Serialize;
-use spillway_core::{Action, Config, JobId, JobState, StopReason, Time};
-use std::collections::BTreeMap;
+use spillway_core::{Config, JobId, JobState, Time};
+
+/// What the simulator counts of elastic jobs as it runs (`SimOutcome::elastic`): the GPUs running elastic
+/// attempts hold, and would hold at their fewest and at their most workers (the `elastic:*` series columns);
+/// the worker time they ran and would have run at their most; growths and shrinks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ElasticTally {
+    /// GPUs running elastic attempts hold now: as placed, at their fewest workers, at their most.
+    pub gpus: [i64; 3],
+    /// Workers they hold now, and their most workers.
+    workers: [i64; 2],
+    /// Worker-ms they ran, and would have run at their most workers over the same time.
+    worker_ms: [i128; 2],
+    /// Changes of width to more workers (`StopReason::Resized`).
+    pub growths: usize,
+    /// Restarts on fewer workers than the attempt before.
+    pub shrinks: usize,
+    /// When worker time was last accrued.
+    last: Time,
+}
+
+impl ElasticTally {
+    /// Returns a tally of a run that starts at `t0`.
+    pub(crate) fn new(t0: Time) -> ElasticTally {
+        ElasticTally { last: t0, ..ElasticTally::default() }
+    }
+
+    /// Accrues worker time up to `now`.
+    pub(crate) fn advance(&mut self, now: Time) {
+        let dt = i128::from((now - self.last).max(0));
+        for (acc, w) in self.worker_ms.iter_mut().zip(self.workers) {
+            *acc += dt * i128::from(w);
+        }
+        self.last = self.last.max(now);
+    }
+
+    /// Counts an elastic attempt starting (`sign` 1) or ending (-1) at `now`: its GPUs as placed, at its fewest
+    /// and at its most workers, and its workers as placed and at its most.
+    pub(crate) fn count(&mut self, now: Time, sign: i64, gpus: [i64; 3], workers: [i64; 2]) {
+        self.advance(now);
+        for (x, v) in self.gpus.iter_mut().zip(gpus) {
+            *x += sign * v;
+        }
+        for (x, v) in self.workers.iter_mut().zip(workers) {
+            *x += sign * v;
+        }
+    }
+
+    /// Returns the worker time elastic jobs ran as a share of their most workers over the same time (1 when
+    /// none ran).
+    pub fn width_share(&self) -> f64 {
+        let [held, most] = self.worker_ms;
+        if most > 0 { held as f64 / most as f64 } else { 1.0 }
+    }
+}
 
 /// A figure in the elastic run and in the rigid one.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -51,25 +104,27 @@ pub fn rigid_copy(jobs: &[SimJob]) -> Vec<SimJob> {
     out
 }
 
-/// Simulates `jobs` as given and rigid under `cfg` (one policy's config) and compares their elastic jobs; `None`
-/// when no job is elastic. Records nothing (`opts.record` and the decision sink are ignored).
-pub fn compare(cfg: &Config, jobs: &[SimJob], opts: &SimOptions) -> Result<Option<ElasticVsRigid>, SimError> {
+/// Compares `e`, a run of `jobs` under `cfg` (one policy's config), with a run of the same jobs rigid under the
+/// same config, simulated here; `None` when no job is elastic. The rigid run records nothing (`opts.record` and
+/// the decision sink are ignored).
+pub fn compare(
+    cfg: &Config,
+    jobs: &[SimJob],
+    e: &SimOutcome,
+    opts: &SimOptions,
+) -> Result<Option<ElasticVsRigid>, SimError> {
     let elastic: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].spec.is_elastic()).collect();
-    if elastic.is_empty() {
-        return Ok(None);
-    }
-    let quiet = SimOptions { record: false, keep_actions: true, decisions_to: Default::default(), ..opts.clone() };
-    let e = simulate(cfg, jobs, &quiet)?;
-    let r = simulate(cfg, &rigid_copy(jobs), &SimOptions { keep_actions: false, ..quiet })?;
+    let Some(tally) = e.elastic.as_ref().filter(|_| !elastic.is_empty()) else { return Ok(None) };
+    let quiet = SimOptions { record: false, decisions_to: Default::default(), ..opts.clone() };
+    let r = simulate(cfg, &rigid_copy(jobs), &quiet)?;
     let jct = |out: &SimOutcome, i: usize| -> Option<f64> {
         let j = out.engine.job(JobId(i as u32)).filter(|j| j.state == JobState::Succeeded)?;
         Some((j.ended? - j.submitted) as f64 / 1000.0)
     };
-    let pairs: Vec<(f64, f64)> = elastic.iter().filter_map(|&i| Some((jct(&e, i)?, jct(&r, i)?))).collect();
+    let pairs: Vec<(f64, f64)> = elastic.iter().filter_map(|&i| Some((jct(e, i)?, jct(&r, i)?))).collect();
     let n = pairs.len().max(1) as f64;
     let mut ratios: Vec<f64> = pairs.iter().map(|&(a, b)| if b > 0.0 { a / b } else { 1.0 }).collect();
     ratios.sort_by(f64::total_cmp);
-    let (growths, shrinks, width_share) = widths(&e, jobs);
     Ok(Some(ElasticVsRigid {
         jobs: elastic.len(),
         finished_in_both: pairs.len(),
@@ -83,9 +138,9 @@ pub fn compare(cfg: &Config, jobs: &[SimJob], opts: &SimOptions) -> Result<Optio
         jct_ratio_p90: quantile(&ratios, 0.9),
         faster: ratios.iter().filter(|&&x| x < 0.99).count(),
         slower: ratios.iter().filter(|&&x| x > 1.01).count(),
-        growths,
-        shrinks,
-        width_share,
+        growths: tally.growths,
+        shrinks: tally.shrinks,
+        width_share: tally.width_share(),
     }))
 }
 
@@ -97,48 +152,6 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-/// Returns, from the elastic run's actions: growths, shrinks, and the worker-time share of the most.
-fn widths(out: &SimOutcome, jobs: &[SimJob]) -> (usize, usize, f64) {
-    let (mut growths, mut shrinks) = (0, 0);
-    // Per elastic job: the running attempt's (start, width), and its last width.
-    let mut open: BTreeMap<JobId, (Time, usize)> = BTreeMap::new();
-    let mut last: BTreeMap<JobId, usize> = BTreeMap::new();
-    let (mut held, mut most) = (0.0f64, 0.0f64);
-    let mut close = |id: JobId, from: Time, width: usize, to: Time| {
-        let most_w = jobs.get(id.0 as usize).map_or(width as u32, |j| j.spec.workers);
-        let ms = (to - from).max(0) as f64;
-        held += ms * width as f64;
-        most += ms * f64::from(most_w);
-    };
-    for (at, a) in &out.actions {
-        match a {
-            Action::StartJob { job, placement, .. } if jobs[job.0 as usize].spec.is_elastic() => {
-                let w = placement.len();
-                if last.get(job).is_some_and(|&before| w < before) {
-                    shrinks += 1;
-                }
-                last.insert(*job, w);
-                open.insert(*job, (*at, w));
-            }
-            Action::StopJob { job, reason, .. } => {
-                if matches!(reason, StopReason::Resized { .. }) {
-                    growths += 1;
-                }
-                if let Some((from, w)) = open.remove(job) {
-                    close(*job, from, w, *at);
-                }
-            }
-            _ => {}
-        }
-    }
-    // Attempts still open ran to their job's end (or the run's).
-    for (id, (from, w)) in open {
-        let end = out.engine.job(id).and_then(|j| j.ended).unwrap_or(out.engine.now());
-        close(id, from, w, end);
-    }
-    (growths, shrinks, if most > 0.0 { held / most } else { 1.0 })
-}
-
 /// The comparison as a small text table for the terminal.
 pub fn table(c: &ElasticVsRigid) -> String {
     let h = spillway_core::time::fmt_duration;
@@ -147,8 +160,8 @@ pub fn table(c: &ElasticVsRigid) -> String {
         "elastic jobs against the same jobs rigid ({} jobs, {} finished in both runs):\n\
          \x20 cost          ${:.0} elastic, ${:.0} rigid ({})\n\
          \x20 mean JCT      {} elastic, {} rigid ({})\n\
-         \x20 JCT per job   elastic/rigid p10 {:.2}, p50 {:.2}, p90 {:.2}; {} sooner, {} later\n\
-         \x20 widths        {} growths, {} shrinks; ran on {:.0}% of their most workers\n",
+         \x20 JCT per job   elastic/rigid {}\n\
+         \x20 widths        {}\n",
         c.jobs,
         c.finished_in_both,
         c.cost_usd.elastic,
@@ -157,13 +170,20 @@ pub fn table(c: &ElasticVsRigid) -> String {
         h(c.mean_jct_s.elastic),
         h(c.mean_jct_s.rigid),
         pct(c.mean_jct_s.elastic, c.mean_jct_s.rigid),
-        c.jct_ratio_p10,
-        c.jct_ratio_p50,
-        c.jct_ratio_p90,
-        c.faster,
-        c.slower,
-        c.growths,
-        c.shrinks,
-        c.width_share * 100.0
+        ratios_text(c),
+        widths_text(c)
     )
+}
+
+/// The per-job completion-time ratios in words: `p10 0.95, p50 1.00, p90 2.00; 101 sooner, 232 later`.
+pub fn ratios_text(c: &ElasticVsRigid) -> String {
+    format!(
+        "p10 {:.2}, p50 {:.2}, p90 {:.2}; {} sooner, {} later",
+        c.jct_ratio_p10, c.jct_ratio_p50, c.jct_ratio_p90, c.faster, c.slower
+    )
+}
+
+/// The elastic run's widths in words: `1 growths, 1 shrinks; ran on 100% of their most workers`.
+pub fn widths_text(c: &ElasticVsRigid) -> String {
+    format!("{} growths, {} shrinks; ran on {:.0}% of their most workers", c.growths, c.shrinks, c.width_share * 100.0)
 }

@@ -195,19 +195,12 @@ fn elastic_table(c: &crate::elastic_cmp::ElasticVsRigid) -> String {
     out.push_str(&row("mean JCT of the elastic jobs", d(c.mean_jct_s.elastic), d(c.mean_jct_s.rigid)));
     out.push_str("</table>\n");
     out.push_str(&format!(
-        "<p class=\"note\">{} jobs elastic ({} finished in both runs). JCT elastic / rigid per job: p10 {:.2}, \
-         p50 {:.2}, p90 {:.2}; {} sooner, {} later by more than 1%. {} growths, {} shrinks; elastic jobs ran on \
-         {:.0}% of their most workers.</p>\n",
+        "<p class=\"note\">{} jobs elastic ({} finished in both runs). JCT elastic / rigid per job: {} by more \
+         than 1%. Widths: {}.</p>\n",
         c.jobs,
         c.finished_in_both,
-        c.jct_ratio_p10,
-        c.jct_ratio_p50,
-        c.jct_ratio_p90,
-        c.faster,
-        c.slower,
-        c.growths,
-        c.shrinks,
-        c.width_share * 100.0
+        crate::elastic_cmp::ratios_text(c),
+        crate::elastic_cmp::widths_text(c)
     ));
     out
 }

@@ -70,7 +70,7 @@ pub fn compare(
                 Ok(b) => report.capped_bound = Some(b),
                 Err(why) => report.capped_bound_skipped = Some(why),
             }
-            report.elastic = crate::elastic_cmp::compare(&pcfg, jobs, opts)?;
+            report.elastic = crate::elastic_cmp::compare(&pcfg, jobs, &out, opts)?;
             main = Some((out, pcfg));
         } else {
             others.insert(policy.to_string(), out.series);

@@ -2,6 +2,7 @@
 //! from a seeded log-normal, capacity per offering, launch failures), and the engine deciding. Every delay is an
 //! event on the heap; nothing sleeps. Invariants are checked after every step.
 
+use crate::elastic_cmp::ElasticTally;
 use crate::input::SimJob;
 use crate::report::TimeSeries;
 use rand::{Rng, SeedableRng};
@@ -134,22 +135,20 @@ struct Truth {
     serial_fraction: f64,
     fewest: u32,
     most_workers: u32,
+    /// Workers of its current (or last) attempt.
+    width: u32,
     elastic: bool,
     started: bool,
 }
 
-/// GPUs of running elastic attempts: held, at their fewest workers, at their most (`elastic:*` series columns).
-#[derive(Default)]
-struct ElasticGpus([i64; 3]);
-
-impl ElasticGpus {
-    /// Counts a start (`sign` 1) or an end (-1) of an attempt of `t`, when it is elastic.
-    fn count(&mut self, t: &Truth, sign: i64) {
-        if t.elastic {
-            let most = t.need_gpus / i64::from(t.fewest.max(1)) * i64::from(t.most_workers);
-            for (x, v) in self.0.iter_mut().zip([t.gpus, t.need_gpus, most]) {
-                *x += sign * v;
-            }
+impl Truth {
+    /// Counts a start (`sign` 1) or an end (-1) of this job's attempt at `now` in `tally`, when it is elastic.
+    fn count(&self, tally: &mut Option<ElasticTally>, now: Time, sign: i64) {
+        if let Some(tally) = tally.as_mut().filter(|_| self.elastic) {
+            let per_worker = self.need_gpus / i64::from(self.fewest.max(1));
+            let most = i64::from(self.most_workers);
+            let gpus = [self.gpus, self.need_gpus, per_worker * most];
+            tally.count(now, sign, gpus, [i64::from(self.width), most]);
         }
     }
 }
@@ -179,6 +178,8 @@ pub struct SimOutcome {
     pub lost_gpu_ms: i128,
     /// With `SimOptions::keep_actions`: every action but the decision records, with the instant it was polled.
     pub actions: Vec<(Time, Action)>,
+    /// When any job is elastic: what the run counted of them.
+    pub elastic: Option<ElasticTally>,
 }
 
 /// Errors a run can end with: a broken invariant (an engine bug) or a refused event.
@@ -227,7 +228,7 @@ struct Sim<'a> {
     queued_gpus: i64,
     running_gpus: i64,
     /// `Some` when any job is elastic (the series then has the `elastic:*` columns).
-    elastic_gpus: Option<ElasticGpus>,
+    elastic: Option<ElasticTally>,
     actions: Vec<(Time, Action)>,
 }
 
@@ -271,7 +272,7 @@ impl<'a> Sim<'a> {
             lost_gpu_ms: 0,
             queued_gpus: 0,
             running_gpus: 0,
-            elastic_gpus: jobs.iter().any(|j| j.spec.is_elastic()).then(ElasticGpus::default),
+            elastic: jobs.iter().any(|j| j.spec.is_elastic()).then(|| ElasticTally::new(t0)),
             actions: Vec::new(),
         };
         s.push(t0, SimEvent::Sample);
@@ -371,6 +372,9 @@ impl<'a> Sim<'a> {
         self.now = real_now;
         self.engine.check_invariants().map_err(|m| self.broken(m))?;
         self.engine.finish(self.now);
+        if let Some(e) = &mut self.elastic {
+            e.advance(self.now);
+        }
         self.sample();
         let makespan_ms = self.last_end - self.t0;
         Ok(SimOutcome {
@@ -382,6 +386,7 @@ impl<'a> Sim<'a> {
             submitted: self.jobs.len(),
             lost_gpu_ms: self.lost_gpu_ms,
             actions: self.actions,
+            elastic: self.elastic,
         })
     }
 
@@ -463,6 +468,7 @@ impl<'a> Sim<'a> {
             serial_fraction: j.serial_fraction,
             fewest: j.spec.fewest_workers(),
             most_workers: j.spec.workers,
+            width: 0,
             elastic: j.spec.is_elastic(),
             started: false,
         });
@@ -507,9 +513,7 @@ impl<'a> Sim<'a> {
                     self.finished += 1;
                     self.last_end = now;
                     self.running_gpus -= self.truth[job.0 as usize].gpus;
-                    if let Some(e) = &mut self.elastic_gpus {
-                        e.count(&self.truth[job.0 as usize], -1);
-                    }
+                    self.truth[job.0 as usize].count(&mut self.elastic, now, -1);
                 }
                 self.engine.handle_event(now, Event::JobExited { job, attempt, success: true, exit: None })
             }
@@ -583,9 +587,12 @@ impl<'a> Sim<'a> {
                 let end = now + t.restart_ms + run.max(1);
                 self.queued_gpus -= t.need_gpus;
                 self.running_gpus += t.gpus;
-                if let Some(e) = &mut self.elastic_gpus {
-                    e.count(t, 1);
+                let width = placement.len() as u32;
+                if let Some(tally) = self.elastic.as_mut().filter(|_| t.elastic && t.width > width) {
+                    tally.shrinks += 1;
                 }
+                t.width = width;
+                t.count(&mut self.elastic, now, 1);
                 self.push(end, SimEvent::JobExit(job, attempt));
             }
             Action::StopJob { job, reason, .. } => {
@@ -607,8 +614,9 @@ impl<'a> Sim<'a> {
                 t.remaining_ms = (t.remaining_ms - progress).max(1);
                 self.lost_gpu_ms += (elapsed - saved) as i128 * t.gpus as i128;
                 self.running_gpus -= t.gpus;
-                if let Some(e) = &mut self.elastic_gpus {
-                    e.count(t, -1);
+                t.count(&mut self.elastic, now, -1);
+                if let Some(tally) = self.elastic.as_mut().filter(|_| matches!(reason, StopReason::Resized { .. })) {
+                    tally.growths += 1;
                 }
                 if reason != StopReason::Cancelled {
                     self.queued_gpus += t.need_gpus;
@@ -736,8 +744,8 @@ impl<'a> Sim<'a> {
         let (alive, requested) =
             spot.fold((0, 0), |(a, r), (i, _)| (a + c.pools[i].ready.len(), r + c.pools[i].requested.len()));
         row.extend([alive as f64, requested as f64]);
-        if let Some(e) = &self.elastic_gpus {
-            row.extend(e.0.map(|g| g as f64));
+        if let Some(e) = &self.elastic {
+            row.extend(e.gpus.map(|g| g as f64));
         }
         self.series.rows.push(row);
     }
