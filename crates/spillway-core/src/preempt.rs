@@ -24,21 +24,23 @@ pub(crate) fn find_victims(
     // One buffer for every node's candidates (a pass may look at hundreds of nodes for each of 16 jobs).
     let mut cands: Vec<Victim> = Vec::new();
     for pool in job_pools(cfg, order, job.access) {
-        // (lost GPU-ms, node) per candidate node; its victims are found again for the nodes chosen.
-        let mut options: Vec<(Lost, NodeId)> = Vec::new();
+        // (lost GPU-ms, victims, node) per candidate node; its victims are found again for the nodes chosen. A
+        // node with room already comes before one whose victims lose nothing (at an estimated checkpoint): which
+        // of them is chosen, and so whether anything is stopped, must not hang on the instant of the pass.
+        let mut options: Vec<(Lost, usize, NodeId)> = Vec::new();
         let nodes = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]).filter(|n| n.gpus >= g);
         for node in nodes.filter(|n| model_fits(want, &n.gpu_model)).take(cfg.policy.preemption_node_limit) {
             if let Some((cost, victims)) = node_victims(c, cfg, prio, node, g, now, &mut cands)
                 && (victims > 0 || node.free() >= g)
             {
-                options.push((cost, node.id));
+                options.push((cost, victims, node.id));
             }
         }
         if options.len() >= w {
             options.sort();
             let chosen = &options[..w];
             let mut victims: Vec<JobId> = Vec::new();
-            for &(_, n) in chosen {
+            for &(.., n) in chosen {
                 node_victims(c, cfg, prio, &c.nodes[n.0 as usize], g, now, &mut cands);
                 victims.extend(cands.iter().map(|&(_, v, _)| v));
             }
@@ -47,7 +49,7 @@ pub(crate) fn find_victims(
             if victims.is_empty() {
                 continue;
             }
-            return Some((chosen.iter().map(|&(_, n)| n).collect(), victims));
+            return Some((chosen.iter().map(|&(.., n)| n).collect(), victims));
         }
     }
     None

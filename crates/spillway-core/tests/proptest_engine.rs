@@ -908,11 +908,19 @@ fn first_difference(a: &[Acted], b: &[Acted], extra: &[Time]) -> Option<String> 
 
 /// Checks the wake-up property on one case: the actions and their instants are the same with the extra
 /// wake-ups `specs` asks for (see [`extra_wakes`]).
-fn check_wakes(case: &Case, specs: &[(u8, u32, u32, u32)]) -> Result<(), TestCaseError> {
+/// With `grid` (ms), also a wake-up every `grid` ms over the run: a sweep that finds a decision which waits for
+/// any unrelated wake-up, however briefly its condition holds. `SPILLWAY_PT_DENSE_MS` sets one for every case.
+fn check_wakes(case: &Case, specs: &[(u8, u32, u32, u32)], grid: Option<Time>) -> Result<(), TestCaseError> {
     let fail =
         |m: String| TestCaseError::fail(format!("{m}\nconfig:\n{}", config_toml(&case.params, case.rich.as_ref())));
     let asked = drive_with(case, &[], true, false).map_err(fail)?;
-    let extra = extra_wakes(specs, &asked.log);
+    let mut extra = extra_wakes(specs, &asked.log);
+    let env_grid = std::env::var("SPILLWAY_PT_DENSE_MS").ok().and_then(|s| s.parse::<Time>().ok());
+    if let Some(step) = grid.or(env_grid) {
+        let end = asked.log.last().map_or(0, |a| a.0) + 3_600_000;
+        extra.extend((1..).map(|i| i * step.max(1)).take_while(|&t| t <= end));
+        extra.sort_unstable();
+    }
     let woken = drive_with(case, &extra, true, false).map_err(|m| fail(format!("with extra wake-ups: {m}")))?;
     let cut = asked.cut.into_iter().chain(woken.cut).min();
     let before = |run: Run| -> Vec<Acted> { run.log.into_iter().filter(|a| cut.is_none_or(|c| a.0 < c)).collect() };
@@ -963,7 +971,7 @@ proptest! {
         case in case(),
         specs in prop::collection::vec((0u8..3, any::<u32>(), 0u32..23, any::<u32>()), 1..=120),
     ) {
-        check_wakes(&case, &specs)?;
+        check_wakes(&case, &specs, None)?;
     }
 
     /// The same on richer cases: deadlines, spot interruptions, reported checkpoints, a schedule window,
@@ -973,7 +981,7 @@ proptest! {
         case in rich_case(),
         specs in prop::collection::vec((0u8..3, any::<u32>(), 0u32..23, any::<u32>()), 1..=120),
     ) {
-        check_wakes(&case, &specs)?;
+        check_wakes(&case, &specs, None)?;
     }
 
     /// A pass remembers the job shapes that found no placement, no victims or no scale-out and does not search
@@ -995,6 +1003,28 @@ proptest! {
     fn the_engine_keeps_its_rules_and_finishes_every_job(case in case()) {
         if let Err(m) = drive(&case) {
             return Err(TestCaseError::fail(format!("{m}\nconfig:\n{}", config_toml(&case.params, case.rich.as_ref()))));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases().div_ceil(2),
+        failure_persistence: None,
+        max_shrink_time: 120_000,
+        ..ProptestConfig::default()
+    })]
+
+    /// The same with a wake-up every few seconds besides (on fewer cases: each runs thousands of passes more), so
+    /// a decision whose condition holds only briefly (an estimated checkpoint instant) is found too.
+    #[test]
+    fn a_wake_up_every_few_seconds_changes_no_action(
+        plain in case(),
+        rich in rich_case(),
+        grid_s in 1i64..=20,
+    ) {
+        for case in [&plain, &rich] {
+            check_wakes(case, &[(0, 0, 0, 0)], Some(grid_s * 1000))?;
         }
     }
 }
