@@ -23,18 +23,12 @@ pub(crate) struct Access {
 
 impl Access {
     /// Returns a job's access at `now`: spot only when interruptible; an interruptible job with a deadline and a
-    /// duration waits for spot (or fixed) until its slack pins it to on-demand; a job just moved back to spot
-    /// does not bounce onto on-demand again for a while.
+    /// duration waits for spot (or fixed) until its slack pins it to on-demand (both deadline policies spend the
+    /// slack on spot first; `safe` keeps more of it, see [`deadline_pin_at`]); a job just moved back to spot does
+    /// not bounce onto on-demand again for a while.
     pub(crate) fn of(job: &Job, now: Time) -> Access {
         let back_on_spot = job.interruptible && job.spot_only_until.is_some_and(|t| t > now);
-        // Uniform progress: a deadline job may use on-demand only while it is behind the straight line from
-        // submission (no work) to its deadline (all work); ahead of it, it waits for spot.
-        let waits_for_spot = job.interruptible
-            && match job.uniform_progress {
-                true => uniform_progress_at(job).is_some_and(|t| now < t),
-                // Greedy: spot until the slack runs out and the job is pinned.
-                false => job.deadline_governs(),
-            };
+        let waits_for_spot = job.interruptible && job.deadline_governs();
         Access { spot: job.interruptible, on_demand: !waits_for_spot && !back_on_spot }
     }
 
@@ -68,19 +62,6 @@ impl Need {
             tier: job.tier,
         }
     }
-}
-
-/// Returns when a deadline job falls behind uniform progress (its saved work equals the share of its duration that
-/// the time since submission is of the time to its deadline), or `None` without a deadline and a duration.
-pub(crate) fn uniform_progress_at(job: &Job) -> Option<Time> {
-    if !job.deadline_governs() {
-        // Read first: most jobs have no deadline, and this keeps a pass from reading their specs.
-        return None;
-    }
-    let (deadline, total) = (job.spec.deadline?, job.spec.expected_duration_ms?);
-    let span = (deadline - job.submitted).max(1);
-    let done = job.saved_work_ms.clamp(0, total);
-    Some(job.submitted + (done as i128 * span as i128 / total.max(1) as i128) as Time)
 }
 
 impl Access {

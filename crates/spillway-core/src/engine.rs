@@ -329,7 +329,6 @@ impl Engine {
             not_before: None,
             pinned_on_demand: false,
             spot_only_until: None,
-            uniform_progress: self.cfg.policy.deadline_policy == crate::config::DeadlinePolicy::Safe,
             not_grown: None,
         });
         id

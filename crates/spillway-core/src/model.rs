@@ -125,9 +125,6 @@ pub struct Job {
     pub interruptible: bool,
     /// Moved to on-demand (too many interruptions, or its deadline no longer leaves room for spot).
     pub pinned_on_demand: bool,
-    /// A deadline job follows uniform progress (the `safe` deadline policy); otherwise it stays on spot until its
-    /// slack runs out (`greedy`).
-    pub uniform_progress: bool,
     /// While it waits for capacity (`NoCapacity`): the first pool it may buy in and why that pool did not grow.
     pub not_grown: Option<(usize, crate::growth::NotGrown)>,
     pub gang: Gang,

@@ -7,7 +7,7 @@
 //! decided in a [`SchedulePlan`] (starts, victims, pins, pending reasons, blocked jobs); the engine then asks for
 //! the wake-ups the next pass needs and applies the plan (requeues, starts, records).
 
-use crate::access::{Access, Need, job_pools, uniform_progress_at};
+use crate::access::{Access, Need, job_pools};
 use crate::cluster::Cluster;
 use crate::config::{Config, Market, model_fits};
 use crate::event::{DecisionKind, StopReason, job_subject};
@@ -317,7 +317,7 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Asks to be woken when a job's access changes with time alone (back on spot, uniform progress), and pins
+    /// Asks to be woken when a job's access changes with time alone (back on spot), and pins
     /// a deadline job to on-demand once its slack is spent.
     fn timers(&mut self, c: &mut Cluster, id: JobId, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
@@ -329,10 +329,6 @@ impl<'a> Pass<'a> {
         }
         if !job.interruptible {
             return;
-        }
-        if let Some(at) = uniform_progress_at(job).filter(|&t| t > now) {
-            // Falling behind uniform progress lets it take on-demand: look again then.
-            wake.at(at);
         }
         match crate::access::deadline_pin_at(cfg, &self.pool_order[job.tier], job, now) {
             Some(at) if at <= now => {

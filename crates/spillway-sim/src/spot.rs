@@ -3,9 +3,12 @@
 //! an offering the cloud lets live at each moment; when it drops below the nodes alive, the newest get an
 //! interruption notice, and launches fail while it is at its limit. Traces shorter than a run repeat.
 //!
-//! JSON traces whose values are all 0 or 1 are availability traces: 1 means "obtainable" (no count limit),
-//! 0 means none (every running node of the offering is interrupted). Other JSON traces (the preemption sets)
-//! and Bamboo logs are counts of nodes alive.
+//! JSON traces whose values are all 0 or 1 are availability traces. Their polarity says which value means
+//! "obtainable" (no count limit) and which means none (every running node of the offering is interrupted): the
+//! AWS `spot-traces` sets write 1 for obtainable, SkyNomad's GCP set 1 for not obtainable. A file may say which
+//! in `metadata.polarity` (`"available"`: 1 is obtainable; `"unavailable"`: 1 is not); where it does not, the
+//! caller's default holds (`simulate --spot-trace-polarity`, itself `available` by default). Other JSON traces
+//! (the preemption sets) and Bamboo logs are counts of nodes alive.
 
 use spillway_core::Config;
 use spillway_core::time::Millis;
@@ -48,16 +51,60 @@ impl SpotTrace {
     }
 }
 
-/// Reads a `spot-traces` JSON file: `{"metadata": {"gap_seconds": N}, "data": [v0, v1, ...]}`.
-pub fn load_json(path: &Path) -> Result<SpotTrace, SpotTraceError> {
+/// Which value of a 0/1 availability trace means a spot node can be had (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Polarity {
+    /// 1: obtainable, 0: none (the AWS `spot-traces` sets).
+    #[default]
+    Available,
+    /// 1: not obtainable (preempted or unavailable), 0: obtainable (SkyNomad's GCP set).
+    Unavailable,
+}
+
+impl std::str::FromStr for Polarity {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Polarity, String> {
+        match s {
+            "available" => Ok(Polarity::Available),
+            "unavailable" => Ok(Polarity::Unavailable),
+            other => {
+                Err(format!("`{other}` is neither `available` (1 means obtainable) nor `unavailable` (1 means not)"))
+            }
+        }
+    }
+}
+
+impl SpotTrace {
+    /// Returns this trace as seen from `offset_ms` into it: the capacity at `t` is this trace's at `t +
+    /// offset_ms` (it still repeats), so one trace gives many start windows.
+    pub fn shifted(&self, offset_ms: Millis) -> SpotTrace {
+        let period = self.period_ms.max(1);
+        let off = offset_ms.rem_euclid(period);
+        let mut steps: Vec<(Millis, Option<u32>)> = vec![(0, self.at(off).0)];
+        let mut moved: Vec<(Millis, Option<u32>)> =
+            self.steps.iter().map(|&(s, cap)| ((s - off).rem_euclid(period), cap)).filter(|&(t, _)| t > 0).collect();
+        moved.sort_by_key(|&(t, _)| t);
+        for (t, cap) in moved {
+            if steps.last().is_none_or(|s| s.1 != cap) {
+                steps.push((t, cap));
+            }
+        }
+        SpotTrace { steps, period_ms: period }
+    }
+}
+
+/// Reads a `spot-traces` JSON file: `{"metadata": {"gap_seconds": N}, "data": [v0, v1, ...]}`; `polarity` holds
+/// for a 0/1 trace whose file does not say its own.
+pub fn load_json(path: &Path, polarity: Polarity) -> Result<SpotTrace, SpotTraceError> {
     let file = path.display().to_string();
     let text =
         std::fs::read_to_string(path).map_err(|e| SpotTraceError::Io { file: file.clone(), message: e.to_string() })?;
-    parse_json(&file, &text)
+    parse_json(&file, &text, polarity)
 }
 
-/// Parses spot-traces JSON text; `file` names it in errors.
-pub fn parse_json(file: &str, text: &str) -> Result<SpotTrace, SpotTraceError> {
+/// Parses spot-traces JSON text; `file` names it in errors; `polarity` holds for a 0/1 trace whose
+/// `metadata.polarity` does not say.
+pub fn parse_json(file: &str, text: &str, polarity: Polarity) -> Result<SpotTrace, SpotTraceError> {
     let field =
         |field: &str, message: String| SpotTraceError::Field { file: file.into(), field: field.into(), message };
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| field("(document)", format!("not JSON: {e}")))?;
@@ -83,11 +130,29 @@ pub fn parse_json(file: &str, text: &str) -> Result<SpotTrace, SpotTraceError> {
             .ok_or_else(|| field(&format!("data[{i}]"), format!("`{x}` is not a count >= 0")))?;
         values.push(n as u32);
     }
+    let polarity = match v.get("metadata").and_then(|m| m.get("polarity")) {
+        None => polarity,
+        Some(p) => p
+            .as_str()
+            .ok_or_else(|| "not a string".to_string())
+            .and_then(str::parse)
+            .map_err(|m| field("metadata.polarity", m))?,
+    };
     let binary = values.iter().all(|&n| n <= 1);
     let gap_ms = (gap * 1000.0).round() as Millis;
     let mut steps: Vec<(Millis, Option<u32>)> = Vec::new();
     for (i, &n) in values.iter().enumerate() {
-        let cap = if binary && n == 1 { None } else { Some(n) };
+        let obtainable = match polarity {
+            Polarity::Available => n == 1,
+            Polarity::Unavailable => n == 0,
+        };
+        let cap = if !binary {
+            Some(n)
+        } else if obtainable {
+            None
+        } else {
+            Some(0)
+        };
         if steps.last().is_none_or(|s| s.1 != cap) {
             steps.push((i as Millis * gap_ms, cap));
         }
@@ -153,8 +218,8 @@ pub struct OfferingTrace {
 }
 
 /// Resolves `POOL:INSTANCE_TYPE=FILE` against `cfg` and reads the file (JSON unless it ends in `.csv`, a
-/// Bamboo log).
-pub fn resolve(cfg: &Config, arg: &str) -> Result<OfferingTrace, SpotTraceError> {
+/// Bamboo log); `polarity` holds for a 0/1 JSON trace that does not say its own.
+pub fn resolve(cfg: &Config, arg: &str, polarity: Polarity) -> Result<OfferingTrace, SpotTraceError> {
     let bad = |message: String| SpotTraceError::Offering { arg: arg.into(), message };
     let (offering, file) =
         arg.split_once('=').ok_or_else(|| bad("expected OFFERING=FILE, OFFERING being POOL:INSTANCE_TYPE".into()))?;
@@ -172,7 +237,7 @@ pub fn resolve(cfg: &Config, arg: &str) -> Result<OfferingTrace, SpotTraceError>
         return Err(bad(format!("pool `{pool}` does not allow instance type `{it}`")));
     }
     let path = Path::new(file);
-    let trace = if file.ends_with(".csv") { load_bamboo(path)? } else { load_json(path)? };
+    let trace = if file.ends_with(".csv") { load_bamboo(path)? } else { load_json(path, polarity)? };
     Ok(OfferingTrace { pool: pool.into(), instance_type: it.into(), trace })
 }
 
@@ -182,7 +247,9 @@ mod tests {
 
     #[test]
     fn an_availability_trace_is_unlimited_while_one_and_zero_when_zero() {
-        let t = parse_json("a.json", r#"{"metadata": {"gap_seconds": 600}, "data": [1, 1, 0, 1]}"#).unwrap();
+        let t =
+            parse_json("a.json", r#"{"metadata": {"gap_seconds": 600}, "data": [1, 1, 0, 1]}"#, Polarity::Available)
+                .unwrap();
         assert_eq!(t.steps, vec![(0, None), (1_200_000, Some(0)), (1_800_000, None)]);
         assert_eq!(t.at(0), (None, 1_200_000));
         assert_eq!(t.at(1_300_000), (Some(0), 1_800_000));
@@ -191,8 +258,35 @@ mod tests {
     }
 
     #[test]
+    fn an_unavailability_trace_is_zero_while_one_whether_the_file_or_the_caller_says_so() {
+        let said = r#"{"metadata": {"gap_seconds": 600, "polarity": "unavailable"}, "data": [0, 1, 1, 0]}"#;
+        let unsaid = r#"{"metadata": {"gap_seconds": 600}, "data": [0, 1, 1, 0]}"#;
+        let want = vec![(0, None), (600_000, Some(0)), (1_800_000, None)];
+        assert_eq!(parse_json("g.json", said, Polarity::Available).unwrap().steps, want);
+        assert_eq!(parse_json("g.json", unsaid, Polarity::Unavailable).unwrap().steps, want);
+        // The file's own word wins over the caller's default.
+        let aws = r#"{"metadata": {"gap_seconds": 600, "polarity": "available"}, "data": [0, 1, 1, 0]}"#;
+        assert_eq!(parse_json("a.json", aws, Polarity::Unavailable).unwrap().steps[0], (0, Some(0)));
+    }
+
+    #[test]
+    fn a_shifted_trace_reads_the_original_later_and_still_repeats() {
+        let t =
+            parse_json("a.json", r#"{"metadata": {"gap_seconds": 10}, "data": [1, 0, 0, 1, 1]}"#, Polarity::Available)
+                .unwrap();
+        for off in [0, 5_000, 10_000, 25_000, 40_000, 60_000] {
+            let s = t.shifted(off);
+            for at in (0..120_000).step_by(2_500) {
+                assert_eq!(s.at(at).0, t.at(at + off).0, "offset {off}, at {at}");
+            }
+        }
+    }
+
+    #[test]
     fn a_preemption_trace_is_a_count() {
-        let t = parse_json("p.json", r#"{"metadata": {"gap_seconds": 300}, "data": [4, 4, 3, 4]}"#).unwrap();
+        let t =
+            parse_json("p.json", r#"{"metadata": {"gap_seconds": 300}, "data": [4, 4, 3, 4]}"#, Polarity::Unavailable)
+                .unwrap();
         assert_eq!(t.at(650_000).0, Some(3));
     }
 
@@ -204,9 +298,11 @@ mod tests {
             (r#"{"metadata": {"gap_seconds": -5}, "data": [1]}"#, "metadata.gap_seconds"),
             (r#"{"metadata": {"gap_seconds": 5}, "data": [1, "x"]}"#, "data[1]"),
             (r#"{"metadata": {"gap_seconds": 5}}"#, "data"),
+            (r#"{"metadata": {"gap_seconds": 5, "polarity": "inverted"}, "data": [1]}"#, "metadata.polarity"),
+            (r#"{"metadata": {"gap_seconds": 5, "polarity": 1}, "data": [1]}"#, "metadata.polarity"),
         ];
         for (text, field) in cases {
-            let e = parse_json("s.json", text).unwrap_err().to_string();
+            let e = parse_json("s.json", text, Polarity::Available).unwrap_err().to_string();
             assert!(e.starts_with("s.json: field `"), "{e}");
             assert!(e.contains(&format!("`{field}`")), "{field}: {e}");
         }

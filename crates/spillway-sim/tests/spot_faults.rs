@@ -136,7 +136,7 @@ fn assert_no_p0_on_spot(cfg: &Config, out: &SimOutcome, what: &str) {
 fn empty_zone_trace() -> spillway_sim::spot::SpotTrace {
     let data: Vec<String> = (0..144).map(|i| if (60..96).contains(&i) { "0" } else { "1" }.to_string()).collect();
     let text = format!(r#"{{"metadata": {{"gap_seconds": 600}}, "data": [{}]}}"#, data.join(", "));
-    parse_json("empty-zone.json", &text).unwrap_or_else(|e| panic!("{e}"))
+    parse_json("empty-zone.json", &text, spillway_sim::spot::Polarity::Available).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

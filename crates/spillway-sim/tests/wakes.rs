@@ -162,7 +162,8 @@ fn extra_wake_ups_change_no_action_with_spot_capacity_traces() {
         .into_iter()
         .map(|(it, file)| {
             let arg = format!("spot:{it}={}", dir.join(file).display());
-            spillway_sim::spot::resolve(&cfg, &arg).unwrap_or_else(|e| panic!("{e}"))
+            spillway_sim::spot::resolve(&cfg, &arg, spillway_sim::spot::Polarity::Available)
+                .unwrap_or_else(|e| panic!("{e}"))
         })
         .collect();
     let opts = SimOptions { spot_traces, ..SimOptions::default() };

@@ -44,6 +44,11 @@ pub struct Args {
     /// `.csv` event log). Repeatable.
     #[arg(long = "spot-trace")]
     spot_trace: Vec<String>,
+    /// Which value of a 0/1 spot trace means a node can be had, for files whose `metadata.polarity` does not say:
+    /// `available` (1 is obtainable, as in the AWS spot-traces sets) or `unavailable` (1 is preempted or
+    /// unavailable, as in SkyNomad's GCP H100 set).
+    #[arg(long, default_value = "available")]
+    spot_trace_polarity: spillway_sim::spot::Polarity,
     /// Run the engine's full invariant check after every step (slow; for debugging).
     #[arg(long)]
     check_full: bool,
@@ -204,8 +209,12 @@ pub fn run(args: Args) -> Result<()> {
     let tick = bar.clone();
     let progress =
         spillway_sim::sim::Progress(Some(std::sync::Arc::new(move |done, _| tick.set_position(done as u64))));
-    let spot_traces =
-        args.spot_trace.iter().map(|a| spillway_sim::spot::resolve(&cfg, a)).collect::<Result<Vec<_>, _>>()?;
+    let polarity = args.spot_trace_polarity;
+    let spot_traces = args
+        .spot_trace
+        .iter()
+        .map(|a| spillway_sim::spot::resolve(&cfg, a, polarity))
+        .collect::<Result<Vec<_>, _>>()?;
     // Decisions go to events.jsonl as they are made: a long trace's records are never all held in memory.
     // They go to `events.jsonl.partial`, renamed when the run has ended and every other output is written; the
     // outputs of an earlier run in the same dir are removed first, so a dir never mixes two runs.

@@ -363,9 +363,10 @@ pub struct Policy {
     /// Extra seconds of slack a deadline job keeps before it moves to on-demand.
     #[serde(default = "default_deadline_margin_s", deserialize_with = "secs::de")]
     pub deadline_margin_s: f64,
-    /// How deadline jobs use spot: `safe` follows uniform progress (on-demand only while behind the line from
-    /// submission to deadline) and leaves spot for good with room for one more interruption plus a margin;
-    /// `greedy` stays on spot until only an on-demand boot is left (the naive spot-until-late reference).
+    /// How deadline jobs leave spot. Both spend their slack on spot first (waiting for it while it cannot be had)
+    /// and move to on-demand for good when the slack runs out: `safe` keeps room for an on-demand boot, a
+    /// checkpoint, the work one more interruption can lose and `deadline_margin_s`; `greedy` only for the boot
+    /// (the naive spot-until-late reference).
     #[serde(default)]
     pub deadline_policy: DeadlinePolicy,
     /// Spot interruptions of one offering within an hour that make it back off like a capacity failure.
