@@ -742,10 +742,12 @@ impl Engine {
         }
     }
 
-    /// Backs off one offering: 30 s doubling per consecutive failure, at most 10 minutes. Returns the delay.
+    /// Backs off one offering: 30 s doubling per consecutive failure, at most 3 minutes (as long as Karpenter
+    /// keeps an offering that had no capacity out of its choices: spot capacity comes back within minutes, and
+    /// a longer wait costs a deadline job its slack). Returns the delay.
     fn back_off(&mut self, pool: usize, it: usize) -> i64 {
         let streak = self.c.backoff.get(&(pool, it)).map_or(0, |&(_, s)| s) + 1;
-        let delay = (30_000i64 << (streak - 1).min(5)).min(600_000);
+        let delay = (30_000i64 << (streak - 1).min(5)).min(180_000);
         self.c.backoff.insert((pool, it), (self.now + delay, streak));
         delay
     }

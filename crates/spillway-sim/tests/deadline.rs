@@ -236,6 +236,6 @@ fn a_deadline_job_never_misses_and_spends_its_slack_on_spot_first() {
     // Safe keeps a margin greedy does not: where spot comes back just after safe left it for good, greedy (lucky)
     // is far cheaper. That may happen, but rarely.
     assert!(over_greedy.len() * 100 <= windows, "safe above greedy by more than 2% in over 1% of the windows");
-    // A guard on the distance from the optimum (1.19x when written; greedy 1.18x).
+    // A guard on the distance from the optimum (1.16x when written; greedy 1.16x).
     assert!(safe_x <= 1.25, "safe's mean cost is {safe_x:.3}x the optimum");
 }
