@@ -77,7 +77,17 @@ pub(crate) fn find(
 /// (owned, or kept by a minimum) that could ever hold it, the nodes expected to drain first, enough of them for
 /// every worker, each marked with when the last of them drains (when the gang could start). Jobs that end by then
 /// may still use them. A gang no such pool can hold holds nothing.
-pub(crate) fn shadow_hold(c: &Cluster, cfg: &Config, order: &[usize], need: &Need, now: Time) -> Vec<(NodeId, Time)> {
+///
+/// Also returns the first instant after `now` at which a node of that pool reaches its expected drain: from then
+/// on a job past its estimate counts as ending at every `now`, which may change which nodes are held and when the
+/// gang could start with nothing but time passing (so the caller asks to be woken then).
+pub(crate) fn shadow_hold(
+    c: &Cluster,
+    cfg: &Config,
+    order: &[usize],
+    need: &Need,
+    now: Time,
+) -> (Vec<(NodeId, Time)>, Option<Time>) {
     let want = need.model.as_deref();
     let g = need.g.max(1);
     for pool in job_pools(cfg, order, need.access).filter(|&p| kept(cfg, c, p)) {
@@ -90,17 +100,18 @@ pub(crate) fn shadow_hold(c: &Cluster, cfg: &Config, order: &[usize], need: &Nee
             .map(|n| (drained_at(c, n, now), n.id, n.gpus / g))
             .collect();
         nodes.sort_unstable();
+        let next = nodes.iter().map(|&(at, ..)| at).find(|&at| at > now);
         let (mut workers, mut held) = (0u32, Vec::new());
         for (at, n, slots) in nodes {
             held.push((n, at));
             workers = workers.saturating_add(slots);
             if workers >= need.w {
                 let start = at;
-                return held.into_iter().map(|(n, _)| (n, start)).collect();
+                return (held.into_iter().map(|(n, _)| (n, start)).collect(), next);
             }
         }
     }
-    Vec::new()
+    (Vec::new(), None)
 }
 
 /// Returns when every job on `node` is expected to have ended (declared durations, else estimates; a job past its

@@ -289,7 +289,7 @@ impl<'a> Pass<'a> {
             let most = job.gang.max_workers;
             if let Some(mut placement) = self.find(c, &need, end, in_wait) {
                 self.widen(c, id, &mut placement);
-                if self.waits_for_width(c, id, placement.len(), access, burst_at) {
+                if self.waits_for_width(c, id, placement.len(), (access, burst_at), wake) {
                     // Narrow here is not worth it: all its workers elsewhere (on nodes bought for it), or wait.
                     need.w = most;
                     match self.find(c, &need, end, in_wait) {
@@ -369,7 +369,8 @@ impl<'a> Pass<'a> {
     /// Returns whether an elastic job that could make its first start on `w` workers waits for more instead
     /// ([`crate::elastic::waits_for_width`]): all of them come from the first cloud pool it may grow, or from the
     /// owned nodes expected to drain first (as a waiting gang's hold counts them).
-    fn waits_for_width(&self, c: &Cluster, id: JobId, w: usize, access: Access, burst_at: Time) -> bool {
+    fn waits_for_width(&self, c: &Cluster, id: JobId, w: usize, at: (Access, Time), wake: &mut WakeAt) -> bool {
+        let (access, burst_at) = at;
         let job = &c.jobs[id.0 as usize];
         if !job.is_elastic() || job.attempt > 0 || w >= job.gang.max_workers as usize {
             return false;
@@ -382,7 +383,11 @@ impl<'a> Pass<'a> {
         let cloud_at = boot.map(|b| burst_at.max(self.now).saturating_add(b));
         let mut all = Need::of(job, self.now);
         all.w = job.gang.max_workers;
-        let drained_at = crate::budget_place::shadow_hold(c, self.cfg, order, &all, self.now).first().map(|h| h.1);
+        let (held, next) = crate::budget_place::shadow_hold(c, self.cfg, order, &all, self.now);
+        if let Some(t) = next {
+            wake.at(t);
+        }
+        let drained_at = held.first().map(|h| h.1);
         let full_at = cloud_at.into_iter().chain(drained_at).min();
         crate::elastic::waits_for_width(c, job, w, self.now, full_at)
     }
@@ -470,7 +475,12 @@ impl<'a> Pass<'a> {
             } else {
                 // Inside its budget it holds nodes softly: jobs that end before it could start there still may.
                 let need = Need::of(&c.jobs[id.0 as usize], now);
-                let mut held = crate::budget_place::shadow_hold(c, cfg, &self.pool_order[need.tier], &need, now);
+                let (mut held, next) =
+                    crate::budget_place::shadow_hold(c, cfg, &self.pool_order[need.tier], &need, now);
+                if let Some(t) = next {
+                    // A running job reaches its expected end then: the hold may move (see `shadow_hold`).
+                    wake.at(t);
+                }
                 // Nodes that drain only after its budget ends would be held for nothing: it bursts before then.
                 if held.first().is_some_and(|&(_, start)| start > burst_at) {
                     held.clear();

@@ -180,3 +180,41 @@ fn a_gang_whose_budget_ends_before_the_owned_node_drains_holds_nothing() {
     let long = h.submit(sized(2, Some(3.0)));
     assert!(started(&h.drain(), long).is_some(), "the long job takes the free GPUs");
 }
+
+#[test]
+fn a_job_past_its_estimate_frees_the_nodes_a_waiting_gang_held_at_that_instant_not_at_the_next_event() {
+    // Four owned 1-GPU nodes. A 2-GPU job with no declared run time is expected to end after an hour; a 3-GPU
+    // gang inside its budget holds the nodes expected to drain first (the two free ones and one of the job's),
+    // so a 1-GPU job may not take the free ones. Once the first job is past its estimate, every node counts as
+    // draining now, the gang holds nodes 0-2 and node 3 is free: the engine looks again at that instant.
+    let toml = r#"
+[[pools]]
+name = "onprem"
+market = "fixed"
+gpu_usd_per_hour = 1.0
+nodes = [{ count = 4, gpus = 1 }]
+
+[tiers.p2]
+burst_after_s = 7200
+"#;
+    let mut h = Harness::new(toml);
+    let first = h.submit(spec("p0", 1, 2));
+    assert!(started(&h.drain(), first).is_some());
+    h.at(3300.0);
+    let gang = h.submit(spec("p2", 1, 3));
+    h.drain();
+    h.at(3480.0);
+    let single = h.submit(spec("p2", 1, 1));
+    let a = h.drain();
+    assert!(started(&a, single).is_none(), "the free nodes are held for the gang: {a:?}");
+    assert_eq!(h.job(gang).pending, PendingReason::WaitingForFixedCapacity);
+    // Only the wake-ups the engine asks for, up to the first job's estimated end.
+    let mut starts = Vec::new();
+    while let Some(w) = h.wake().filter(|&w| w <= 3600.0) {
+        h.at(w.max(h.t()));
+        h.timeout();
+        starts.extend(started(&h.drain(), single).map(|p| (h.t(), p)));
+    }
+    assert_eq!(starts.len(), 1, "the 1-GPU job starts when the estimate passes, on its own wake-up: {starts:?}");
+    assert_eq!(starts[0].0, 3600.0);
+}
