@@ -297,12 +297,18 @@ impl Engine {
         let interruptible = spec.interruptible.unwrap_or(t.interruptible);
         let checkpoint_interval_ms = spec.checkpoint_interval_ms.or(t.checkpoint_interval_s.map(crate::time::secs));
         let id = JobId(self.c.jobs.len() as u32);
+        // A deadline decides a job's use of spot only where some spot pool of its tier could ever hold it: one
+        // that can never run on spot takes on-demand at once rather than wait for spot until its slack runs out.
+        let spot_fits = self.pool_order[tier].iter().any(|&p| {
+            self.cfg.pools[p].market == crate::Market::Spot
+                && self.cfg.pool_holds(p, spec.gpus_per_worker, spec.gpu_model.as_deref())
+        });
         let gang = Gang {
             gpus_per_worker: spec.gpus_per_worker,
             workers: spec.fewest_workers(),
             max_workers: spec.workers,
             kind: self.queue.kind(spec.gpus_per_worker, spec.gpu_model.as_deref()),
-            deadline_governs: spec.deadline.is_some() && spec.expected_duration_ms.is_some(),
+            deadline_governs: spec.deadline.is_some() && spec.expected_duration_ms.is_some() && spot_fits,
         };
         self.c.jobs.push(Job {
             id,

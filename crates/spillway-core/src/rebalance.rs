@@ -1,7 +1,8 @@
 //! Return to spot: an interruptible job that fell back to on-demand (spot was out, full or backed off) moves
 //! back to spot once spot can take it again. Make before break: at a checkpoint the job asks for a spot node
 //! (shadow demand for the autoscaler) while it keeps running on on-demand, and moves (checkpoint, stop, restart)
-//! only when a spot node that fits is ready. A deadline job moves only while ahead of uniform progress. Without
+//! only when a spot node that fits is ready. (A deadline job reaches on-demand only when its slack pins it there,
+//! for good, so it never moves back; the guard below that keeps one ahead of uniform progress is for safety.) Without
 //! this, a long job that fell back once would pay the on-demand price for the rest of its run.
 
 use crate::access::Access;

@@ -618,7 +618,8 @@ impl Engine {
                 || job_subject(id),
                 "deadline",
                 || {
-                    "remaining slack no longer covers a spot interruption plus an on-demand restart: on-demand from now"
+                    "remaining slack is what its deadline policy keeps (an on-demand boot, with `safe` also a \
+                    checkpoint, one interruption's loss and the margin): on-demand from now"
                         .into()
                 },
             );

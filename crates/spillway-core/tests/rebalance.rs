@@ -136,3 +136,38 @@ fn a_node_at_risk_whose_jobs_can_go_nowhere_returns_to_service_after_half_an_hou
     assert_eq!(h.records_of(DecisionKind::Interruption, "rebalance_expired").len(), 1);
     assert_eq!((h.job(job).state, h.job(job).attempt), (JobState::Running, 1), "the job never stopped");
 }
+
+#[test]
+fn a_deadline_job_that_no_spot_pool_can_hold_takes_on_demand_at_once() {
+    // An interruptible deadline job whose GPU model no spot pool sells, and one whose tier has no spot market:
+    // neither waits for spot until its slack runs out.
+    let toml = format!(
+        "{SPOT}\n[[instance_types]]\nname = \"h8\"\ngpus = 8\ngpu_model = \"H100\"\non_demand_usd_per_hour = 40.0\n\n\
+         [[pools]]\nname = \"od-h100\"\nmarket = \"on_demand\"\ninstance_types = [\"h8\"]\nmax_nodes = 2\n\n\
+         [tiers.p2]\nmarkets = [\"fixed\", \"on_demand\"]\ninterruptible = true\n"
+    );
+    let mut h = Harness::new(&toml);
+    let with_deadline = |tier: &str, model: Option<&str>| {
+        let mut s = spec(tier, 8, 1);
+        s.gpu_model = model.map(str::to_string);
+        s.interruptible = Some(true);
+        s.expected_duration_ms = Some(3_600_000);
+        s.deadline = Some(h.in_s(86_400.0));
+        s
+    };
+    let (h100, no_spot) = (with_deadline("p1", Some("H100")), with_deadline("p2", None));
+    let jobs = [h.submit(h100), h.submit(no_spot)];
+    // Within their tiers' waiting budgets (minutes), not near their deadlines' pins (hours).
+    let a = h.run_until(900.0);
+    let l = launches(&a);
+    assert_eq!(l.len(), 2, "on-demand is bought for both: {a:?}");
+    assert!(l.iter().all(|&(_, pool, _)| pool != 1), "nothing from the spot pool: {l:?}");
+    h.at(1200.0);
+    for (node, ..) in l {
+        h.event(Event::NodeReady { node });
+    }
+    let a = h.drain();
+    for j in jobs {
+        assert!(started(&a, j).is_some(), "job {j:?} starts on on-demand: {a:?}");
+    }
+}

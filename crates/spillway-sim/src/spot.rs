@@ -114,31 +114,44 @@ pub fn parse_json(file: &str, text: &str, polarity: Polarity) -> Result<SpotTrac
         .ok_or_else(|| field("metadata.gap_seconds", "missing".into()))?
         .as_f64()
         .ok_or_else(|| field("metadata.gap_seconds", "not a number".into()))?;
-    if !(gap > 0.0 && gap.is_finite()) {
-        return Err(field("metadata.gap_seconds", format!("must be > 0, got {gap}")));
+    // A tick under a millisecond, or a trace longer than a century, is a unit mistake (and would round to 0 ms or
+    // overflow the clock).
+    if !(gap.is_finite() && gap >= 0.001) {
+        return Err(field("metadata.gap_seconds", format!("must be at least 0.001 s, got {gap}")));
     }
     let data =
         v.get("data").and_then(|d| d.as_array()).ok_or_else(|| field("data", "missing or not an array".into()))?;
     if data.is_empty() {
         return Err(field("data", "is empty".into()));
     }
+    if gap * data.len() as f64 > 100.0 * 365.0 * 86_400.0 {
+        return Err(field("metadata.gap_seconds", format!("{gap} s x {} ticks is over a century", data.len())));
+    }
     let mut values = Vec::with_capacity(data.len());
     for (i, x) in data.iter().enumerate() {
         let n = x
             .as_f64()
-            .filter(|n| *n >= 0.0 && n.fract() == 0.0)
-            .ok_or_else(|| field(&format!("data[{i}]"), format!("`{x}` is not a count >= 0")))?;
+            .filter(|n| *n >= 0.0 && n.fract() == 0.0 && *n <= f64::from(u32::MAX))
+            .ok_or_else(|| field(&format!("data[{i}]"), format!("`{x}` is not a count from 0 to {}", u32::MAX)))?;
         values.push(n as u32);
     }
+    let binary = values.iter().all(|&n| n <= 1);
     let polarity = match v.get("metadata").and_then(|m| m.get("polarity")) {
         None => polarity,
+        // A count above 1 makes it a count trace, whose 1 means one node alive: the polarity of a 0/1 file that
+        // has a stray count would be turned around without a word.
+        Some(_) if !binary => {
+            return Err(field(
+                "metadata.polarity",
+                "is only for 0/1 availability traces; this one counts nodes".into(),
+            ));
+        }
         Some(p) => p
             .as_str()
             .ok_or_else(|| "not a string".to_string())
             .and_then(str::parse)
             .map_err(|m| field("metadata.polarity", m))?,
     };
-    let binary = values.iter().all(|&n| n <= 1);
     let gap_ms = (gap * 1000.0).round() as Millis;
     let mut steps: Vec<(Millis, Option<u32>)> = Vec::new();
     for (i, &n) in values.iter().enumerate() {
@@ -217,14 +230,20 @@ pub struct OfferingTrace {
     pub trace: SpotTrace,
 }
 
-/// Resolves `POOL:INSTANCE_TYPE=FILE` against `cfg` and reads the file (JSON unless it ends in `.csv`, a
-/// Bamboo log); `polarity` holds for a 0/1 JSON trace that does not say its own.
+/// Resolves `POOL:INSTANCE_TYPE[:POLARITY]=FILE` against `cfg` and reads the file (JSON unless it ends in `.csv`,
+/// a Bamboo log). A 0/1 JSON trace that does not say its own polarity takes the one named in the argument, else
+/// `polarity` (so AWS and GCP files mix in one run).
 pub fn resolve(cfg: &Config, arg: &str, polarity: Polarity) -> Result<OfferingTrace, SpotTraceError> {
     let bad = |message: String| SpotTraceError::Offering { arg: arg.into(), message };
-    let (offering, file) =
-        arg.split_once('=').ok_or_else(|| bad("expected OFFERING=FILE, OFFERING being POOL:INSTANCE_TYPE".into()))?;
-    let (pool, it) =
+    let (offering, file) = arg
+        .split_once('=')
+        .ok_or_else(|| bad("expected OFFERING=FILE, OFFERING being POOL:INSTANCE_TYPE[:POLARITY]".into()))?;
+    let (pool, rest) =
         offering.split_once(':').ok_or_else(|| bad(format!("offering `{offering}` is not POOL:INSTANCE_TYPE")))?;
+    let (it, polarity) = match rest.split_once(':') {
+        Some((it, word)) => (it, word.parse().map_err(|m: String| bad(format!("polarity: {m}")))?),
+        None => (rest, polarity),
+    };
     let p = cfg.pools.iter().position(|x| x.name == pool).ok_or_else(|| {
         let spot: Vec<&str> =
             cfg.pools.iter().filter(|x| x.market == spillway_core::Market::Spot).map(|x| x.name.as_str()).collect();
@@ -283,6 +302,44 @@ mod tests {
     }
 
     #[test]
+    fn an_offering_may_name_its_polarity() {
+        let toml = r#"
+[[instance_types]]
+name = "t"
+gpus = 8
+gpu_model = "G"
+on_demand_usd_per_hour = 2.0
+spot_usd_per_hour = 1.0
+
+[[pools]]
+name = "owned"
+market = "fixed"
+gpu_usd_per_hour = 1.0
+nodes = [{ count = 1, gpus = 8 }]
+
+[[pools]]
+name = "spot"
+market = "spot"
+instance_types = ["t"]
+max_nodes = 2
+"#;
+        let cfg = Config::parse("c.toml", toml).unwrap();
+        let dir = std::env::temp_dir().join(format!("spillway-polarity-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("z.json");
+        std::fs::write(&file, r#"{"metadata": {"gap_seconds": 600}, "data": [1, 0]}"#).unwrap();
+        let arg = |p: &str| format!("spot:t{p}={}", file.display());
+        let first = |a: &str, d| resolve(&cfg, a, d).unwrap().trace.steps[0];
+        assert_eq!(first(&arg(""), Polarity::Available), (0, None));
+        assert_eq!(first(&arg(""), Polarity::Unavailable), (0, Some(0)));
+        assert_eq!(first(&arg(":unavailable"), Polarity::Available), (0, Some(0)));
+        assert_eq!(first(&arg(":available"), Polarity::Unavailable), (0, None));
+        let e = resolve(&cfg, &arg(":upside-down"), Polarity::Available).unwrap_err().to_string();
+        assert!(e.contains("polarity") && e.contains("upside-down"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
     fn a_preemption_trace_is_a_count() {
         let t =
             parse_json("p.json", r#"{"metadata": {"gap_seconds": 300}, "data": [4, 4, 3, 4]}"#, Polarity::Unavailable)
@@ -300,6 +357,10 @@ mod tests {
             (r#"{"metadata": {"gap_seconds": 5}}"#, "data"),
             (r#"{"metadata": {"gap_seconds": 5, "polarity": "inverted"}, "data": [1]}"#, "metadata.polarity"),
             (r#"{"metadata": {"gap_seconds": 5, "polarity": 1}, "data": [1]}"#, "metadata.polarity"),
+            (r#"{"metadata": {"gap_seconds": 5, "polarity": "available"}, "data": [0, 2]}"#, "metadata.polarity"),
+            (r#"{"metadata": {"gap_seconds": 0.0001}, "data": [1]}"#, "metadata.gap_seconds"),
+            (r#"{"metadata": {"gap_seconds": 1e300}, "data": [1]}"#, "metadata.gap_seconds"),
+            (r#"{"metadata": {"gap_seconds": 5}, "data": [1e300]}"#, "data[0]"),
         ];
         for (text, field) in cases {
             let e = parse_json("s.json", text, Polarity::Available).unwrap_err().to_string();

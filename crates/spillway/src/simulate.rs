@@ -40,11 +40,13 @@ pub struct Args {
     /// Directory for report.json, timeseries.csv, events.jsonl and report.html.
     #[arg(long, default_value = "out")]
     out: PathBuf,
-    /// Drive a spot offering's capacity from a trace: POOL:INSTANCE_TYPE=FILE (spot-traces JSON, or a Bamboo
-    /// `.csv` event log). Repeatable.
+    /// Drive a spot offering's capacity from a trace: POOL:INSTANCE_TYPE[:POLARITY]=FILE (spot-traces JSON, or a
+    /// Bamboo `.csv` event log; POLARITY `available` or `unavailable` for a 0/1 file that does not say its own).
+    /// Repeatable.
     #[arg(long = "spot-trace")]
     spot_trace: Vec<String>,
-    /// Which value of a 0/1 spot trace means a node can be had, for files whose `metadata.polarity` does not say:
+    /// Which value of a 0/1 spot trace means a node can be had, for files whose `metadata.polarity` and
+    /// `--spot-trace` argument do not say:
     /// `available` (1 is obtainable, as in the AWS spot-traces sets) or `unavailable` (1 is preempted or
     /// unavailable, as in SkyNomad's GCP H100 set).
     #[arg(long, default_value = "available")]

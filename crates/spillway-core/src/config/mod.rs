@@ -360,7 +360,8 @@ pub struct Policy {
     /// Most of a spot pool's nodes one instance type may hold, so one reclaim cannot take everything.
     #[serde(default = "one")]
     pub max_offering_share: f64,
-    /// Extra seconds of slack a deadline job keeps before it moves to on-demand.
+    /// Extra seconds of slack a deadline job keeps before it moves to on-demand (the `safe` policy; `greedy`
+    /// keeps none).
     #[serde(default = "default_deadline_margin_s", deserialize_with = "secs::de")]
     pub deadline_margin_s: f64,
     /// How deadline jobs leave spot. Both spend their slack on spot first (waiting for it while it cannot be had)

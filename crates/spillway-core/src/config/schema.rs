@@ -158,9 +158,14 @@ pub const POLICY: &[Key] = &[
     k("preemption_node_limit", Int, "256", "Most nodes examined per job for preemption victims."),
     k("spot_share", Float, "none (spot first)", "Target share of spot among cloud GPUs of interruptible work."),
     k("max_offering_share", Float, "1.0", "Most of a spot pool one instance type may hold."),
-    k("deadline_margin_s", Secs, "10m", "Slack a deadline job keeps before moving to on-demand."),
+    k("deadline_margin_s", Secs, "10m", "Slack a deadline job keeps before moving to on-demand (safe policy)."),
     k("deadline_policy", OneOf(&["safe", "greedy"]), "\"safe\"", "How deadline jobs leave spot."),
-    k("interruption_backoff_after", Int, "2", "Interruptions of one offering in an hour that back it off."),
+    k(
+        "interruption_backoff_after",
+        Int,
+        "2",
+        "Interruptions of one offering in an hour that back it off (30 s doubling, at most 3 min).",
+    ),
     k("elastic_resize_interval_s", Secs, "10m", "Least time between an elastic job's start and its growth."),
 ];
 
