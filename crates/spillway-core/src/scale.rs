@@ -92,6 +92,14 @@ impl Engine {
         step.min(max - st.alive)
     }
 
+    /// Returns when pool `pool`'s scale-out cooldown ends, if it is in one and below its max (at its max, only an
+    /// event gives it room).
+    pub(crate) fn cooldown_end(&self, pool: usize) -> Option<Time> {
+        let (p, st) = (&self.cfg.pools[pool], &self.c.pools[pool]);
+        let end = st.last_scale_out? + secs(p.scale_out_cooldown_s);
+        (end > self.now && st.alive < self.effective_max(pool)).then_some(end)
+    }
+
     /// Returns the cheapest instance type of `pool` that holds workers of `gpus` GPUs of `model`, is not backed
     /// off and (in spot pools) is under its share cap, with the nodes `workers` workers need. Cost is nodes x
     /// price, and on spot the price per useful hour: price / (1 - expected lost fraction), from the offering's

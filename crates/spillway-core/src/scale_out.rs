@@ -399,18 +399,17 @@ impl Planner<'_> {
         if !has_spot || cands.iter().all(is_spot) {
             return false;
         }
-        let spot_open = cands.iter().any(|&p| {
-            is_spot(&p)
-                && self.limits.headroom[p] > 0
-                && e.pick_instance_type(
-                    p,
-                    Want::Job(job),
-                    job.gang.workers,
-                    u32::MAX,
-                    &self.quota_left,
-                    &mut WakeAt::default(),
-                )
-                .is_some()
+        // Whether spot can launch a type that holds it changes with time alone when a cooldown or a back-off
+        // ends: the pass that sees it comes then (the job may be held to spot from that instant).
+        let spot_open = cands.iter().filter(|&&p| is_spot(&p)).fold(false, |open, &p| {
+            if self.limits.headroom[p] == 0 {
+                if let Some(end) = e.cooldown_end(p) {
+                    wake.at(end);
+                }
+                return open;
+            }
+            let fits = e.pick_instance_type(p, Want::Job(job), job.gang.workers, u32::MAX, &self.quota_left, wake);
+            open || fits.is_some()
         });
         let (spot, od) = (self.spot_gpus, self.od_gpus);
         if e.cfg.policy.spot_share.is_some_and(|target| spot >= target * (spot + od)) {
