@@ -197,7 +197,9 @@ impl Engine {
         let from = earliest.max(now);
         let gap = (from - base).max(0);
         let steps = (gap / iv + i64::from(gap % iv != 0)).max(1);
-        Some(base.saturating_add(steps.saturating_mul(iv)))
+        let at = base.saturating_add(steps.saturating_mul(iv));
+        // A job that reports its checkpoints is at one only when it says so: an estimate due now is not one.
+        Some(if at <= now { at.saturating_add(iv) } else { at })
     }
 
     /// Restarts running job `id` from its checkpoint on its workers plus `extra` (in `pool`): the attempt stops

@@ -327,6 +327,7 @@ impl Engine {
             ended: None,
             placement: Vec::new(),
             last_checkpoint: None,
+            reports_checkpoints: false,
             pending: PendingReason::NotScheduledYet,
             preemptions: 0,
             interruptions: 0,
@@ -406,6 +407,7 @@ impl Engine {
                 let j = self.c.jobs.get_mut(job.0 as usize).ok_or(EventError::UnknownJob(job.0))?;
                 if j.state == JobState::Running && j.attempt == attempt {
                     j.last_checkpoint = Some(now);
+                    j.reports_checkpoints = true;
                 }
             }
             Event::MetricSample { node, gpu_utilization } => {

@@ -138,6 +138,9 @@ pub struct Job {
     pub placement: Vec<(NodeId, u32)>,
     /// Last checkpoint reported by the job in this attempt; otherwise estimated from the interval.
     pub last_checkpoint: Option<Time>,
+    /// It reported a checkpoint in some attempt: its checkpoints are known, not estimated, so an attempt that has
+    /// reported none yet has saved nothing since it started.
+    pub reports_checkpoints: bool,
     pub preemptions: u32,
     /// Spot interruptions (notices) the job has gone through.
     pub interruptions: u32,
@@ -203,6 +206,7 @@ impl Job {
         };
         match self.last_checkpoint {
             Some(c) => (now - c).clamp(0, elapsed),
+            None if self.reports_checkpoints => elapsed,
             None => since_interval,
         }
     }

@@ -97,7 +97,7 @@ impl Engine {
                             _ => {}
                         }
                     }
-                    if j.last_checkpoint.is_none() {
+                    if j.last_checkpoint.is_none() && !j.reports_checkpoints {
                         // Checkpoints are estimated from the interval: the next one opens the window again (a
                         // reported one is an event).
                         wake.at(now + iv - since);
