@@ -1,0 +1,154 @@
+//! Applying a scheduling pass: the engine runs the walk ([`Pass`]), asks for the wake-ups the next pass needs,
+//! and carries out the plan (requeues of victims, starts, pins, pending reasons and their records).
+
+use super::*;
+
+impl Engine {
+    /// Runs one scheduling pass: walks the queue, then applies what it decided. Returns the blocked jobs (in
+    /// queue order) for the autoscaler.
+    pub(crate) fn schedule(&mut self, wake: &mut WakeAt) -> Vec<JobId> {
+        let shares: Vec<f64> = self.c.teams.iter().map(|t| t.used_gpus as f64 / t.weight).collect();
+        let weights: Vec<f64> = self.c.teams.iter().map(|t| t.weight).collect();
+        let grows: Vec<bool> = (0..self.cfg.pools.len()).map(|p| self.pool_headroom(p) > 0).collect();
+        let cloud_room: Vec<bool> =
+            (0..self.cfg.pools.len()).map(|p| self.headroom_within(p, self.effective_max(p), true) > 0).collect();
+        let Engine { queue, c, cfg, pool_order, exhaustive, now, .. } = self;
+        let wanting = crate::elastic::queued_per_pool(queue, pool_order, cfg.pools.len());
+        let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, queue.len(), wanting);
+        pass.cloud_room = cloud_room;
+        let cut = pass.walk(queue, c, shares, weights, wake);
+        for &(pool, _, n) in &pass.reserved {
+            // The node may have changed while held (a victim released there); reinsert its current free GPUs.
+            let node = &c.nodes[n.0 as usize];
+            if node.state == NodeState::Ready && node.free() > 0 {
+                c.free[pool].insert((node.free(), n));
+            }
+        }
+        let end = PassEnd {
+            cut,
+            scanned: pass.scanned,
+            due_without_victims: pass.due_without_victims,
+            first_hold: pass.first_hold,
+            last_start: pass.last_start,
+            budget_room: pass.budget_room,
+        };
+        let plan = pass.plan;
+        self.wake_after(&plan, &end, wake);
+        self.apply_schedule(plan, &end)
+    }
+
+    /// Asks for the passes that decisions this one could not take need: a pass depends only on the state and
+    /// the time, so without a wake-up of their own they would wait for whatever woke the engine next.
+    /// Victims go back to the queue after the pass; a pass that stopped at the scan limit reaches further once
+    /// jobs it scanned started; a job due to preempt finds the lower-tier jobs this pass started; and the jobs
+    /// this pass started change their teams' GPUs in use, so where teams interleave (fair share) or a team with a
+    /// quota started one, the next pass may take the jobs before the last of them in another order or skip one
+    /// for its quota, and capacity held back for one blocked job there goes to another, or another job comes
+    /// before the blocked cap (after the last start, the pass saw what the next one would).
+    fn wake_after(&self, plan: &SchedulePlan, end: &PassEnd, wake: &mut WakeAt) {
+        let progressed = !plan.started.is_empty() || !plan.preempted.is_empty();
+        let jobs = || plan.started.iter().map(|(id, _)| &self.c.jobs[id.0 as usize]);
+        let quota_started = jobs().any(|j| self.c.teams[j.team].quota_gpus.is_some());
+        let reorder = progressed && (self.queue.teams_interleave() || quota_started);
+        let held_back = reorder && end.first_hold.is_some_and(|h| end.last_start.is_some_and(|s| h < s));
+        let victim_started = end.due_without_victims.is_some_and(|prio| {
+            jobs().any(|j| {
+                let t = &self.cfg.tiers[j.tier];
+                t.priority > prio && t.preemptible && j.interruptible
+            })
+        });
+        let cut_short = (end.cut.scan && progressed) || (end.cut.limit_hit && reorder);
+        if !plan.preempted.is_empty() || cut_short || victim_started || held_back || end.budget_room {
+            wake.at(self.now);
+        }
+        if end.cut.stuck {
+            // The pass stopped at the cap for jobs no pool can grow for: a pool may grow for them when its
+            // cooldown ends.
+            if let Some(at) = self.next_growth_at() {
+                wake.at(at);
+            }
+        }
+    }
+
+    /// Applies a pass's plan: the scan-limit record, deadline pins, victims requeued, jobs started, pending
+    /// reasons. Returns the blocked jobs.
+    fn apply_schedule(&mut self, plan: SchedulePlan, end: &PassEnd) -> Vec<JobId> {
+        if end.cut.limit_hit {
+            self.c.counters.scan_limit_hits += 1;
+            let (queued, limit, blocked) = (self.queue.len(), self.cfg.policy.scan_limit, plan.blocked.len());
+            let scanned = end.scanned - 1;
+            self.record(
+                DecisionKind::JobPending,
+                || "queue".into(),
+                PendingReason::QueueScanLimit.code(),
+                || {
+                    format!(
+                        "pass stopped after {scanned} jobs ({blocked} blocked; scan limit {limit}); {queued} queued"
+                    )
+                },
+            );
+        }
+        for id in plan.pinned {
+            self.record(
+                DecisionKind::Fallback,
+                || job_subject(id),
+                "deadline",
+                || {
+                    "remaining slack is what its deadline policy keeps (an on-demand boot, with `safe` also a \
+                    checkpoint, one interruption's loss and the margin): on-demand from now"
+                        .into()
+                },
+            );
+        }
+        for (victim, by) in plan.preempted {
+            self.c.counters.preemptions += 1;
+            let (vt, bt) = (self.c.jobs[victim.0 as usize].tier, self.c.jobs[by.0 as usize].tier);
+            let (vn, bn) = (self.cfg.tiers[vt].name.clone(), self.cfg.tiers[bt].name.clone());
+            self.record(
+                DecisionKind::JobPreempted,
+                || job_subject(victim),
+                "higher_tier_slo",
+                || format!("{vn} job preempted for {bn} job {} that would otherwise miss its queue-wait SLO", by.0),
+            );
+            self.requeue(victim, StopReason::Preempted { by });
+        }
+        for (id, placement) in plan.started {
+            self.start_job(id, placement);
+        }
+        for (id, reason) in plan.reasons {
+            self.set_pending(id, reason);
+        }
+        plan.blocked
+    }
+
+    /// Sets a job's pending reason, recording the change.
+    pub(crate) fn set_pending(&mut self, id: JobId, reason: PendingReason) {
+        let j = &mut self.c.jobs[id.0 as usize];
+        if j.pending == reason {
+            return;
+        }
+        j.pending = reason;
+        let (waited, why) = (self.now - j.queued_since, j.not_grown.filter(|_| reason == PendingReason::NoCapacity));
+        // Why its pool does not grow, when that is why it waits (the name is looked up only when recording).
+        let why = why.map(|(p, why)| (self.cfg.pools.get(p).map_or(String::new(), |x| x.name.clone()), why));
+        let now = self.now;
+        self.record(
+            DecisionKind::JobPending,
+            || job_subject(id),
+            reason.code(),
+            || match why {
+                Some((pool, why)) => format!("queued {}; pool {pool}: {}", fmt_ms(waited), why.describe(now)),
+                None => format!("queued {}", fmt_ms(waited)),
+            },
+        );
+    }
+
+    /// Returns when the first cloud pool below its max leaves its scale-out cooldown, if one is in it.
+    fn next_growth_at(&self) -> Option<Time> {
+        (0..self.cfg.pools.len())
+            .filter(|&p| self.cfg.pools[p].market != Market::Fixed && self.c.pools[p].alive < self.effective_max(p))
+            .filter_map(|p| self.c.pools[p].last_scale_out.map(|t| t + secs(self.cfg.pools[p].scale_out_cooldown_s)))
+            .filter(|&t| t > self.now)
+            .min()
+    }
+}
