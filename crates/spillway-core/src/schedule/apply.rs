@@ -146,9 +146,8 @@ impl Engine {
     /// Returns when the first cloud pool below its max leaves its scale-out cooldown, if one is in it.
     fn next_growth_at(&self) -> Option<Time> {
         (0..self.cfg.pools.len())
-            .filter(|&p| self.cfg.pools[p].market != Market::Fixed && self.c.pools[p].alive < self.effective_max(p))
-            .filter_map(|p| self.c.pools[p].last_scale_out.map(|t| t + secs(self.cfg.pools[p].scale_out_cooldown_s)))
-            .filter(|&t| t > self.now)
+            .filter(|&p| self.cfg.pools[p].market != Market::Fixed)
+            .filter_map(|p| self.cooldown_end(p))
             .min()
     }
 }
