@@ -83,6 +83,13 @@ pub struct JobSubmit {
     /// Expected run time without interruption, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_duration_s: Option<f64>,
+    /// Size of its checkpoint and data in GB: a start in a pool of another region moves them (egress, transfer
+    /// time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_gb: Option<f64>,
+    /// The region its data is in before its first start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_region: Option<String>,
 }
 
 impl JobSubmit {
@@ -99,6 +106,7 @@ impl JobSubmit {
         check_label("tier", &self.tier, MAX_LABEL_BYTES)?;
         label("team", &self.team, MAX_LABEL_BYTES)?;
         label("gpu_model", &self.gpu_model, MAX_LABEL_BYTES)?;
+        label("data_region", &self.data_region, MAX_LABEL_BYTES)?;
         opt("workdir", &self.workdir, MAX_WORKDIR_BYTES)?;
         check_count("gpus", self.gpus, MAX_GPUS_PER_WORKER)?;
         check_count("workers", self.workers.unwrap_or(1), MAX_WORKERS)?;
@@ -118,7 +126,13 @@ impl JobSubmit {
             MAX_CHECKPOINT_INTERVAL_S,
         )?;
         check_secs("deadline_s", self.deadline_s, 0.0, false, MAX_DURATION_S)?;
-        check_secs("expected_duration_s", self.expected_duration_s, 0.0, false, MAX_DURATION_S)
+        check_secs("expected_duration_s", self.expected_duration_s, 0.0, false, MAX_DURATION_S)?;
+        match self.checkpoint_gb {
+            Some(gb) if !(0.0..=1.0e6).contains(&gb) => {
+                Err(refuse("checkpoint_gb", format!("checkpoint_gb {gb} is not a size from 0 to 1000000 GB")))
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -92,13 +92,8 @@ pub(crate) fn gpu_price(cfg: &Config, pool: usize) -> f64 {
     if p.market == Market::Fixed {
         return p.gpu_usd_per_hour;
     }
-    p.instance_types
-        .iter()
-        .filter_map(|n| cfg.instance_type_index(n))
-        .filter_map(|i| {
-            let it = &cfg.instance_types[i];
-            it.price_usd_per_hour(p.market).map(|price| price / it.gpus as f64)
-        })
+    cfg.pool_types(pool)
+        .filter_map(|i| cfg.offer_price(pool, i).map(|price| price / cfg.instance_types[i].gpus as f64))
         .fold(f64::INFINITY, f64::min)
 }
 
@@ -108,10 +103,12 @@ pub(crate) fn gpu_price(cfg: &Config, pool: usize) -> f64 {
 pub(crate) fn deadline_pin_at(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Option<Time> {
     let deadline = job.spec.deadline?;
     let remaining = job.remaining_work_ms(now)?;
+    // Boot plus moving its data there (from the region it is in now), at the quickest on-demand pool.
+    let gb = job.spec.checkpoint_gb.unwrap_or(0.0);
     let od_boot = order
         .iter()
         .filter(|&&p| cfg.pools[p].market == Market::OnDemand)
-        .map(|&p| secs(cfg.pools[p].boot_latency_s))
+        .map(|&p| secs(cfg.pools[p].boot_latency_s).saturating_add(cfg.move_cost(job.data_at.as_deref(), p, gb).1))
         .min()?;
     let tier = &cfg.tiers[job.tier];
     let keep = match cfg.policy.deadline_policy {

@@ -53,6 +53,8 @@ pub struct Counters {
     pub migrations: u64,
     /// GPU-milliseconds of work lost by stopped attempts (time since their last checkpoint).
     pub lost_gpu_ms: i128,
+    /// Starts that moved a job's data from another region.
+    pub data_moves: u64,
 }
 
 /// Jobs, nodes, teams and indexes.
@@ -145,6 +147,7 @@ impl Cluster {
             state: NodeState::Requested,
             price_usd_per_hour,
             requested_at: now,
+            billed_from: now,
             ready_at: None,
             ended_at: None,
             idle_since: None,
@@ -186,7 +189,8 @@ impl Cluster {
         n.ended_at = Some(now);
         let (pool, free) = (n.pool, n.free());
         // A failed launch is not billed: the instance never ran.
-        let billed = if state == NodeState::Failed { 0 } else { now - n.requested_at };
+        let ran = if state == NodeState::Failed { 0 } else { now - n.requested_at };
+        let billed = if state == NodeState::Failed { 0 } else { now - n.billed_from };
         if let Some(since) = n.idle_since.take() {
             self.pools[pool].idle.remove(&(since, id));
         }
@@ -198,7 +202,7 @@ impl Cluster {
         }
         self.book_billed(id, billed);
         if let Some(it) = self.nodes[id.0 as usize].instance_type {
-            self.offering_history.entry((pool, it)).or_default().1 += billed;
+            self.offering_history.entry((pool, it)).or_default().1 += ran;
         }
     }
 
@@ -229,25 +233,49 @@ impl Cluster {
         l
     }
 
-    /// Books into `l` each live node for `span(requested_at)` and each running job's share of it for
-    /// `span(attempt_start)`: the bookings that are still open.
+    /// Books into `l` each live node for `span(billed_from)` and each running job's share of it for
+    /// `span(attempt start, or billed_from when later)`: the bookings that are still open.
     fn accrue(&self, l: &mut Ledger, span: impl Fn(Time) -> Time) {
         // One entry per team, booked or not, so two books line up key by key.
         l.by_team.resize(self.teams.len().max(l.by_team.len()), 0.0);
         for n in self.nodes.iter().filter(|n| n.alive()) {
-            let (price, gpus) = (n.price_usd_per_hour, n.gpus);
-            l.book_node(n.pool, n.market, price, gpus, span(n.requested_at));
-            if let Some(h) = &n.held {
-                l.book_job(h.team, h.tier, gpus, gpus, price, span(n.requested_at));
-            }
-            for &job in &n.jobs {
-                let j = &self.jobs[job.0 as usize];
-                let Some(start) = j.attempt_start.filter(|_| j.state == JobState::Running) else { continue };
-                for &(_, used) in j.placement.iter().filter(|(at, _)| *at == n.id) {
-                    l.book_job(j.team, j.tier, used, gpus, price, span(start));
-                }
+            self.book_segment(l, n, &span);
+        }
+    }
+
+    /// Books node `n`'s open segment into `l`: the node for `span(billed_from)`, a scheduler's hold and each
+    /// running job's share from the later of its attempt's start and `billed_from`, at the node's price.
+    fn book_segment(&self, l: &mut Ledger, n: &crate::model::Node, span: &impl Fn(Time) -> Time) {
+        let (price, gpus, from) = (n.price_usd_per_hour, n.gpus, n.billed_from);
+        l.book_node(n.pool, n.market, price, gpus, span(from));
+        if let Some(h) = &n.held {
+            l.book_job(h.team, h.tier, gpus, gpus, price, span(from));
+        }
+        for &job in &n.jobs {
+            let j = &self.jobs[job.0 as usize];
+            let Some(start) = j.attempt_start.filter(|_| j.state == JobState::Running) else { continue };
+            for &(_, used) in j.placement.iter().filter(|(at, _)| *at == n.id) {
+                l.book_job(j.team, j.tier, used, gpus, price, span(start.max(from)));
             }
         }
+    }
+
+    /// Re-prices every live node of offering (`pool`, `it`) at `usd_per_hour` from `now`: the segment each has
+    /// open is booked at its old price and a new one opens.
+    pub fn reprice(&mut self, pool: usize, it: usize, usd_per_hour: f64, now: Time) {
+        let ids: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| {
+                let n = &self.nodes[i];
+                n.alive() && n.pool == pool && n.instance_type == Some(it) && n.market == Market::Spot
+            })
+            .collect();
+        let mut l = std::mem::take(&mut self.ledger);
+        for i in ids {
+            self.book_segment(&mut l, &self.nodes[i], &|since| now - since);
+            let n = &mut self.nodes[i];
+            (n.price_usd_per_hour, n.billed_from) = (usd_per_hour, now);
+        }
+        self.ledger = l;
     }
 
     /// Marks a ready node draining: it keeps its running jobs (until they stop) but takes no new work and is
@@ -308,10 +336,11 @@ impl Cluster {
         let j = &mut self.jobs[job.0 as usize];
         let placement = std::mem::take(&mut j.placement);
         let (team, tier) = (j.team, j.tier);
-        let held_ms = j.attempt_start.map_or(0, |s| now - s);
         for (node, gpus) in placement {
             let n = &mut self.nodes[node.0 as usize];
             let pool = n.pool;
+            // Earlier segments of this node were booked when its price changed.
+            let held_ms = j.attempt_start.map_or(0, |s| now - s.max(n.billed_from));
             self.ledger.book_job(team, tier, gpus, n.gpus, n.price_usd_per_hour, held_ms);
             if n.free() > 0 {
                 self.free[pool].remove(&(n.free(), node));

@@ -208,14 +208,14 @@ impl Engine {
         let now = self.now;
         let j = &self.c.jobs[id.0 as usize];
         let (attempt, from, lost) = (j.attempt, j.placement.len() as u32, j.unsaved_work_ms(now));
-        let elapsed = j.attempt_start.map_or(0, |s| (now - s).max(0));
+        let progress = j.attempt_progress_ms(now);
         let gpus = j.held_gpus();
         let mut placement = j.placement.clone();
         placement.extend(extra);
         let to = placement.len() as u32;
         self.c.counters.lost_gpu_ms += lost as i128 * gpus as i128;
         self.c.release(id, now);
-        self.c.jobs[id.0 as usize].saved_work_ms += elapsed - lost;
+        self.c.jobs[id.0 as usize].saved_work_ms += (progress - lost).max(0);
         for &(n, g) in &placement {
             self.c.bind(id, n, g);
         }

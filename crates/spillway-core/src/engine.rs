@@ -45,6 +45,9 @@ pub enum SubmitError {
     /// A time or duration outside the range the engine accepts; `range` says it in words.
     #[error("{field}: {value} is out of range ({range})")]
     OutOfRange { field: &'static str, value: i64, range: &'static str },
+    /// A checkpoint size that is not a number of GB from 0 to 1,000,000.
+    #[error("checkpoint_gb: {value} is not a size from 0 to 1000000 GB")]
+    BadSize { value: f64 },
 }
 
 impl SubmitError {
@@ -57,6 +60,7 @@ impl SubmitError {
             }
             SubmitError::TooLarge { .. } => "gpus",
             SubmitError::ElasticRange { .. } => "min_workers",
+            SubmitError::BadSize { .. } => "checkpoint_gb",
             SubmitError::NoSuchModel { .. } => "gpu_type",
             SubmitError::GangTooLarge { field, .. } => field,
             SubmitError::OverQuota { .. } | SubmitError::GangOverflow { .. } => "workers",
@@ -125,6 +129,10 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
         _ => {}
     }
     check_times(spec)?;
+    // A petabyte is past any checkpoint; the bound keeps egress and transfer times finite.
+    if let Some(gb) = spec.checkpoint_gb.filter(|g| !(*g >= 0.0 && *g <= 1.0e6)) {
+        return Err(SubmitError::BadSize { value: gb });
+    }
     let largest = cfg.largest_node_gpus(tier, spec.gpu_model.as_deref());
     if let (0, Some(model)) = (largest, &spec.gpu_model) {
         return Err(SubmitError::NoSuchModel { model: model.clone(), tier: spec.tier.clone() });
@@ -153,6 +161,7 @@ fn check_lengths(spec: &JobSpec) -> Result<(), SubmitError> {
         ("tier", spec.tier.len(), MAX_LABEL_BYTES),
         ("team", spec.team.len(), MAX_LABEL_BYTES),
         ("gpu_model", spec.gpu_model.as_ref().map_or(0, String::len), MAX_LABEL_BYTES),
+        ("data_region", spec.data_region.as_ref().map_or(0, String::len), MAX_LABEL_BYTES),
     ];
     match fields.into_iter().find(|&(_, len, max)| len > max) {
         Some((field, len, max)) => Err(SubmitError::TooLong { field, len, max }),
@@ -310,6 +319,7 @@ impl Engine {
             kind: self.queue.kind(spec.gpus_per_worker, spec.gpu_model.as_deref()),
             deadline_governs: spec.deadline.is_some() && spec.expected_duration_ms.is_some() && spot_fits,
         };
+        let data_at = spec.data_region.clone();
         self.c.jobs.push(Job {
             id,
             gang,
@@ -337,6 +347,8 @@ impl Engine {
             pinned_on_demand: false,
             spot_only_until: None,
             not_grown: None,
+            data_at,
+            transfer_ms: 0,
         });
         id
     }
@@ -356,7 +368,9 @@ impl Engine {
             }
             Event::InterruptionNotice { node, deadline } => self.interruption_notice(node, deadline)?,
             Event::RebalanceRecommendation { node } => self.rebalance_recommendation(node)?,
-            Event::SpotPrice { instance_type, usd_per_hour } => self.spot_price(&instance_type, usd_per_hour)?,
+            Event::SpotPrice { instance_type, usd_per_hour, pool } => {
+                self.spot_price(&instance_type, pool.as_deref(), usd_per_hour)?
+            }
             Event::LaunchFailed { node, error } => self.launch_failed(node, error)?,
             Event::NodeLost { node } => self.node_lost(node)?,
             Event::NodeStopped { node } => {
@@ -380,7 +394,7 @@ impl Engine {
                 j.state = if success { JobState::Succeeded } else { JobState::Failed };
                 j.ended = Some(now);
                 j.exit = exit;
-                let ran = j.attempt_start.map_or(0, |s| now - s);
+                let ran = j.attempt_progress_ms(now);
                 if success {
                     // Work done over all attempts: saved work of earlier ones plus this whole attempt.
                     let (team, tier, work) = (j.team, j.tier, j.saved_work_ms.saturating_add(ran.max(0)));
@@ -513,7 +527,7 @@ impl Engine {
         for i in 0..self.c.nodes.len() {
             let n = &self.c.nodes[i];
             if n.alive() {
-                let (id, billed) = (n.id, now - n.requested_at);
+                let (id, billed) = (n.id, now - n.billed_from);
                 self.c.book_billed(id, billed);
                 self.c.nodes[id.0 as usize].ended_at = Some(now);
             }
@@ -605,6 +619,7 @@ impl Engine {
         let (attempt, waited, tier, key, team) = (j.attempt, now - j.queued_since, j.tier, j.submitted, j.team);
         self.queue.remove(tier, team, key, id);
         let pool = placement.first().map_or(0, |(n, _)| self.c.nodes[n.0 as usize].pool);
+        self.move_data(id, pool);
         let pool_name = self.cfg.pools[pool].name.clone();
         self.record(
             DecisionKind::JobStarted,
@@ -630,7 +645,7 @@ impl Engine {
         if j.state != JobState::Running {
             return;
         }
-        let elapsed = j.attempt_start.map_or(0, |s| (now - s).max(0));
+        let progress = j.attempt_progress_ms(now);
         let ck_ms = crate::time::secs(self.cfg.tiers[j.tier].checkpoint_time_s);
         let (lost_ms, grace_ms) = match reason {
             StopReason::Interrupted { checkpoint: true } | StopReason::Migrated => (0, ck_ms),
@@ -642,7 +657,8 @@ impl Engine {
         let attempt = j.attempt;
         self.c.release(id, now);
         let j = &mut self.c.jobs[id.0 as usize];
-        j.saved_work_ms += elapsed - lost_ms;
+        // Work since the last checkpoint is lost; time spent moving data in was no work.
+        j.saved_work_ms += (progress - lost_ms).max(0);
         j.state = JobState::Queued;
         j.queued_since = now;
         j.attempt_start = None;

@@ -69,9 +69,16 @@ pub enum Event {
     CancelJob { job: JobId },
     /// A user changed a cloud pool's bounds (index into `Config::pools`); `None` keeps a bound.
     SetPoolBounds { pool: usize, min_nodes: Option<u32>, max_nodes: Option<u32> },
-    /// The cloud's current spot price of an instance type (polled by the daemon); nodes launched from now on cost
-    /// this, and offerings compare on it. Ignored for a type the config sells no spot of.
-    SpotPrice { instance_type: String, usd_per_hour: f64 },
+    /// The cloud's current spot price of an instance type (polled by the daemon, or a price trace): from now on
+    /// every spot node of the offering costs this (running ones too: spot is billed at the current price), and
+    /// offerings compare on it. With `pool`, the price of that pool's offering only (a zone's price); without, of
+    /// every pool that sets no price of its own. Ignored for a type the config sells no spot of.
+    SpotPrice {
+        instance_type: String,
+        usd_per_hour: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pool: Option<String>,
+    },
     /// A user protected (or unprotected) every node of a pool from scale-in.
     SetPoolProtection { pool: usize, protected: bool },
     /// Another scheduler (Slurm) asks for its node `name`: the engine buys the cheapest offering `tier` may use

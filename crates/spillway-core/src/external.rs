@@ -111,7 +111,7 @@ impl Engine {
             let Some((it, _)) = self.pick_instance_type(p, want, 1, room, &quota, &mut WakeAt::default()) else {
                 continue;
             };
-            let Some(price) = self.cfg.instance_types[it].price_usd_per_hour(market) else { continue };
+            let Some(price) = self.cfg.offer_price(p, it) else { continue };
             if best.is_none_or(|(_, _, b)| price < b) {
                 best = Some((p, it, price));
             }

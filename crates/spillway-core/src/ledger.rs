@@ -23,6 +23,8 @@ pub struct Ledger {
     pub gpu_ms: i128,
     /// GPU-milliseconds bound to jobs.
     pub busy_gpu_ms: i128,
+    /// Moving jobs' data between regions (also in their team's and tier's cost, not in any market's).
+    pub egress_usd: f64,
 }
 
 impl Ledger {
@@ -59,6 +61,21 @@ impl Ledger {
         self.by_tier[tier] += usd;
         self.job_usd += usd;
         self.busy_gpu_ms += gpus as i128 * ms.max(0) as i128;
+    }
+
+    /// Books `usd` of egress for moving a job of `team` and `tier` between regions.
+    pub fn book_egress(&mut self, team: usize, tier: usize, usd: f64) {
+        if self.by_team.len() <= team {
+            self.by_team.resize(team + 1, 0.0);
+        }
+        self.by_team[team] += usd;
+        self.by_tier[tier] += usd;
+        self.egress_usd += usd;
+    }
+
+    /// Returns everything paid: nodes and egress.
+    pub fn total_usd(&self) -> f64 {
+        self.node_usd + self.egress_usd
     }
 
     /// Returns the cost no job used.

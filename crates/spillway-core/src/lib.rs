@@ -9,6 +9,7 @@ mod budget;
 mod budget_place;
 pub mod cluster;
 pub mod config;
+mod data_move;
 mod elastic;
 pub mod engine;
 pub mod event;

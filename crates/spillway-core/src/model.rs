@@ -35,6 +35,13 @@ pub struct JobSpec {
     pub deadline: Option<Time>,
     /// How long the job runs without interruption, when the user knows (needed for deadline-aware placement).
     pub expected_duration_ms: Option<Millis>,
+    /// Size of its checkpoint (and data) in GB: what a move to a pool in another region carries, paying
+    /// `[network]` egress and transfer time. `None`: nothing moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_gb: Option<f64>,
+    /// The region its data is in before its first start (`None`: wherever it first runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_region: Option<String>,
 }
 
 impl JobSpec {
@@ -148,6 +155,10 @@ pub struct Job {
     pub saved_work_ms: Millis,
     /// How the attempt that ended the job exited, when its process reported it.
     pub exit: Option<Exit>,
+    /// The region its data and latest checkpoint are in: the spec's `data_region`, then where it last started.
+    pub data_at: Option<String>,
+    /// Time at the start of the current attempt spent moving its data in from another region (no progress).
+    pub transfer_ms: Millis,
 }
 
 /// What a decision pass reads of every job's spec, copied when it is submitted (a spec never changes after) so a
@@ -191,8 +202,13 @@ impl Job {
 
     /// Returns the work still to do, when the job declared its duration.
     pub fn remaining_work_ms(&self, now: Time) -> Option<Millis> {
-        let running = self.attempt_start.map_or(0, |s| (now - s).max(0));
+        let running = self.attempt_progress_ms(now);
         self.spec.expected_duration_ms.map(|d| (d - self.saved_work_ms - running).max(0))
+    }
+
+    /// Returns the work its current attempt has done by `now`: its time running less the move of its data.
+    pub fn attempt_progress_ms(&self, now: Time) -> Millis {
+        self.attempt_start.map_or(0, |s| (now - s - self.transfer_ms).max(0))
     }
 
     /// Returns the work the current attempt would lose if stopped at `now`: time since its last checkpoint
@@ -281,8 +297,12 @@ pub struct Node {
     pub used: u32,
     pub jobs: Vec<JobId>,
     pub state: NodeState,
+    /// What the node costs per hour now (spot: the price since `billed_from`).
     pub price_usd_per_hour: f64,
     pub requested_at: Time,
+    /// Start of the node's open billing segment: its request, or the last change of its spot price (the segment
+    /// before was booked at the price then).
+    pub billed_from: Time,
     pub ready_at: Option<Time>,
     pub ended_at: Option<Time>,
     /// When the node last became empty (while ready).

@@ -210,6 +210,7 @@ mod tests {
             state: NodeState::Ready,
             price_usd_per_hour: 1.0,
             requested_at: 0,
+            billed_from: 0,
             ready_at: Some(0),
             ended_at: None,
             idle_since: None,

@@ -147,7 +147,7 @@ impl Engine {
             if p.market == Market::Spot && !self.under_offering_cap(pool, i) {
                 continue;
             }
-            let Some(price) = it.price_usd_per_hour(p.market) else { continue };
+            let Some(price) = self.cfg.offer_price(pool, i) else { continue };
             let nodes = workers.div_ceil(it.gpus / gpus);
             if nodes > room || nodes > crate::quota::quota_nodes(&self.cfg, i, p.market, quota) {
                 continue;
@@ -186,7 +186,7 @@ impl Engine {
             .cfg
             .pool_types(pool)
             .filter(|&i| self.cfg.instance_types[i].holds(g, model))
-            .filter(|&i| self.cfg.instance_types[i].price_usd_per_hour(market).is_some())
+            .filter(|&i| self.cfg.offer_price(pool, i).is_some())
             .collect();
         if fitting.is_empty() {
             return NotGrown::NoFittingType;

@@ -237,7 +237,7 @@ impl Engine {
         let mut added = Vec::new();
         for (it, count) in types {
             let itx = &self.cfg.instance_types[it];
-            let price = itx.price_usd_per_hour(market).unwrap_or(0.0);
+            let price = self.cfg.offer_price(pool, it).unwrap_or(0.0);
             let (gpus, model) = (itx.gpus, itx.gpu_model.clone());
             what.push(format!("{count} x {}", itx.name));
             for _ in 0..count {
@@ -391,9 +391,9 @@ impl Planner<'_> {
         let e = self.e;
         let (now, job) = (e.now, &e.c.jobs[id.0 as usize]);
         cands.clear();
-        cands.extend(
-            job_pools(&e.cfg, &e.pool_order[job.tier], access).filter(|&p| e.cfg.pools[p].market != Market::Fixed),
-        );
+        let moved = crate::data_move::order_for(&e.cfg, &e.pool_order[job.tier], job, now);
+        let order = moved.as_deref().unwrap_or(&e.pool_order[job.tier]);
+        cands.extend(job_pools(&e.cfg, order, access).filter(|&p| e.cfg.pools[p].market != Market::Fixed));
         let is_spot = |p: &usize| e.cfg.pools[*p].market == Market::Spot;
         let has_spot = job.interruptible && e.cfg.tiers[job.tier].markets.contains(&Market::Spot);
         if !has_spot || cands.iter().all(is_spot) {

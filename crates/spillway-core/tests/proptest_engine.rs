@@ -415,6 +415,8 @@ fn workload(cfg: &Config, case: &Case) -> Vec<(Time, Time, JobSpec)> {
             checkpoint_interval_ms: None,
             deadline,
             expected_duration_ms,
+            checkpoint_gb: None,
+            data_region: None,
         };
         out.push((d.submit_s as Time * 1000, d.duration_s as Time * 1000, spec));
     }

@@ -234,6 +234,8 @@ impl World {
                     checkpoint_interval_ms: None,
                     deadline: None,
                     expected_duration_ms: Some(600_000),
+                    checkpoint_gb: None,
+                    data_region: None,
                 };
                 self.e.submit(self.now, spec).map_err(|e| format!("submit: {e}"))?;
                 self.drain()?;

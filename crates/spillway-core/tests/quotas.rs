@@ -108,7 +108,7 @@ fn a_quota_naming_a_type_without_vcpus_or_an_unknown_type_is_refused_with_its_ke
 #[test]
 fn a_spot_price_from_the_cloud_changes_the_offering_bought_and_what_new_nodes_cost() {
     let mut h = Harness::new(CLOUD);
-    h.event(Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 9.0 });
+    h.event(Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 9.0, pool: None });
     h.drain();
     assert_eq!(h.records_of(DecisionKind::Admin, "spot_price").len(), 1);
     h.submit(spec("p1", 8, 1));
@@ -119,10 +119,13 @@ fn a_spot_price_from_the_cloud_changes_the_offering_bought_and_what_new_nodes_co
     let n = h.node(l[0].0);
     assert_eq!((n.market, n.price_usd_per_hour), (Market::Spot, 7.0));
     // The same price again records nothing; a bad one is refused; an unknown type changes nothing.
-    h.event(Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 9.0 });
+    h.event(Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 9.0, pool: None });
     h.drain();
     assert_eq!(h.records_of(DecisionKind::Admin, "spot_price").len(), 1);
-    assert!(h.e.handle_event(h.now, Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: f64::NAN }).is_err());
-    h.event(Event::SpotPrice { instance_type: "nope".into(), usd_per_hour: 1.0 });
+    assert!(
+        h.e.handle_event(h.now, Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: f64::NAN, pool: None })
+            .is_err()
+    );
+    h.event(Event::SpotPrice { instance_type: "nope".into(), usd_per_hour: 1.0, pool: None });
     let _ = NodeId(0);
 }

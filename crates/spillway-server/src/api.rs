@@ -345,6 +345,8 @@ fn spec_of(req: &JobSubmit, team: String, now: Time) -> ApiResult<JobSpec> {
         checkpoint_interval_ms: req.checkpoint_interval_s.map(ms),
         deadline,
         expected_duration_ms: req.expected_duration_s.map(ms),
+        checkpoint_gb: req.checkpoint_gb,
+        data_region: req.data_region.clone(),
     })
 }
 

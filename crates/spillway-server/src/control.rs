@@ -376,7 +376,7 @@ impl State {
             let current = cfg.instance_type_index(name).and_then(|i| cfg.instance_types[i].spot_usd_per_hour);
             // Small moves are left out: each change is a log entry and a decision pass.
             if current.is_some_and(|c| (price - c).abs() > PRICE_STEP * c) {
-                let event = Event::SpotPrice { instance_type: name.clone(), usd_per_hour: *price };
+                let event = Event::SpotPrice { instance_type: name.clone(), usd_per_hour: *price, pool: None };
                 self.apply(now, Entry::Event(event))?;
             }
         }

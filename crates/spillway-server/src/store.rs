@@ -288,6 +288,8 @@ mod tests {
             checkpoint_interval_ms: None,
             deadline: None,
             expected_duration_ms: None,
+            checkpoint_gb: None,
+            data_region: None,
         };
         let entries = vec![
             (5, Entry::Submit { spec, command: JobCommand { argv: vec!["true".into()], ..Default::default() } }),

@@ -64,6 +64,8 @@ fn spec(workers: u32) -> JobSpec {
         checkpoint_interval_ms: None,
         deadline: None,
         expected_duration_ms: None,
+        checkpoint_gb: None,
+        data_region: None,
     }
 }
 

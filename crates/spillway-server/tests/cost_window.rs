@@ -58,6 +58,8 @@ fn spec() -> JobSpec {
         checkpoint_interval_ms: None,
         deadline: None,
         expected_duration_ms: None,
+        checkpoint_gb: None,
+        data_region: None,
     }
 }
 

@@ -66,6 +66,8 @@ fn launching_for(name: &str, tier: &str) -> (State, u32) {
         checkpoint_interval_ms: Some(60_000),
         deadline: None,
         expected_duration_ms: None,
+        checkpoint_gb: None,
+        data_region: None,
     };
     let command = JobCommand { argv: vec!["sleep".into(), "100".into()], ..Default::default() };
     st.apply(T0, Entry::Submit { spec, command }).unwrap();

@@ -126,6 +126,8 @@ max_nodes = 100
         checkpoint_interval_ms: None,
         deadline: None,
         expected_duration_ms: None,
+        checkpoint_gb: None,
+        data_region: None,
     };
     // Fill every node with p2 work so nothing fits without preemption.
     for i in 0..10_000 {

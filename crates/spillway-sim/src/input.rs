@@ -79,6 +79,8 @@ fn spec_of(j: &TraceJob, t0: i64) -> JobSpec {
         checkpoint_interval_ms: j.checkpoint_interval_s.map(secs),
         deadline: j.deadline_s.map(|d| t0 + secs(d)),
         expected_duration_ms: Some(secs(j.duration_s).max(1)),
+        checkpoint_gb: j.checkpoint_gb,
+        data_region: j.data_region.clone(),
     }
 }
 
@@ -128,6 +130,8 @@ mod tests {
             checkpoint_interval_ms: None,
             deadline: None,
             expected_duration_ms: None,
+            checkpoint_gb: None,
+            data_region: None,
         };
         SimJob { submit_ms: 0, duration_ms: 1, spec, serial_fraction: 0.0 }
     }

@@ -13,6 +13,7 @@ pub mod elastic_cmp;
 pub mod html;
 pub mod input;
 pub mod policies;
+pub mod price;
 pub mod report;
 pub mod run;
 pub mod sim;

@@ -203,13 +203,13 @@ pub fn bound(cfg: &Config, jobs: &[SimJob]) -> BoundReport {
 fn cheapest(cfg: &Config, tier: usize, interruptible: bool) -> Option<(f64, Market)> {
     let t = &cfg.tiers[tier];
     let mut best: Option<(f64, Market)> = None;
-    for p in cfg.pools.iter().filter(|p| p.market != Market::Fixed && t.markets.contains(&p.market)) {
-        if p.market == Market::Spot && !interruptible {
+    for (pool, p) in cfg.pools.iter().enumerate().filter(|(_, p)| p.market != Market::Fixed) {
+        if !t.markets.contains(&p.market) || (p.market == Market::Spot && !interruptible) {
             continue;
         }
-        for it in p.instance_types.iter().filter_map(|n| cfg.instance_type_index(n)).map(|i| &cfg.instance_types[i]) {
-            if let Some(price) = it.price_usd_per_hour(p.market) {
-                let per_gpu = price / it.gpus as f64;
+        for i in p.instance_types.iter().filter_map(|n| cfg.instance_type_index(n)) {
+            if let Some(price) = cfg.offer_price(pool, i) {
+                let per_gpu = price / cfg.instance_types[i].gpus as f64;
                 if best.is_none_or(|(b, _)| per_gpu < b) {
                     best = Some((per_gpu, p.market));
                 }

@@ -39,8 +39,13 @@ pub struct MarketCost {
 pub struct RunReport {
     /// `spillway`, `static-peak`, `fixed-only` or `on-demand-reactive`.
     pub policy: String,
+    /// Nodes and egress.
     pub cost_usd: f64,
     pub cost_by_market: MarketCost,
+    /// Moving jobs' data between regions (in `cost_usd`, `cost_by_team` and `cost_by_tier`, not in any market's).
+    pub egress_usd: f64,
+    /// Starts that moved a job's data from another region.
+    pub data_moves: usize,
     pub cost_by_team: BTreeMap<String, f64>,
     pub cost_by_tier: BTreeMap<String, f64>,
     pub cost_by_pool: BTreeMap<String, f64>,

@@ -142,7 +142,9 @@ pub fn run_report(policy: &str, cfg: &Config, out: &SimOutcome) -> RunReport {
     let l = &c.ledger;
     let mut r = RunReport {
         policy: policy.into(),
-        cost_usd: l.node_usd,
+        cost_usd: l.total_usd(),
+        egress_usd: l.egress_usd,
+        data_moves: c.counters.data_moves as usize,
         cost_by_market: MarketCost { fixed: l.by_market[0], on_demand: l.by_market[1], spot: l.by_market[2] },
         idle_cost_usd: l.idle_usd(),
         jobs_submitted: out.submitted,

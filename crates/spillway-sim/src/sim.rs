@@ -45,6 +45,8 @@ pub struct SimOptions {
     pub samples: usize,
     /// Spot capacity traces by offering; offerings a policy's config lacks are ignored in that run.
     pub spot_traces: Vec<crate::spot::OfferingTrace>,
+    /// Spot price traces by offering (each pool's own price from then on); likewise ignored where absent.
+    pub spot_prices: Vec<crate::price::OfferingPrice>,
     /// Told (jobs ended, jobs in all) every few thousand steps, for a progress bar.
     pub progress: Progress,
     /// Extra engine wake-ups, ms from the start of the trace, for tests: at each the engine gets a
@@ -93,6 +95,7 @@ impl Default for SimOptions {
             check: Check::Step,
             samples: 1500,
             spot_traces: Vec::new(),
+            spot_prices: Vec::new(),
             progress: Progress::default(),
             extra_wakes_ms: Vec::new(),
             keep_actions: false,
@@ -110,6 +113,8 @@ enum SimEvent {
     JobExit(JobId, u32),
     /// Spot trace `k` changes its capacity now.
     Capacity(usize),
+    /// Price trace `k` (into `opts.spot_prices`) changes its offering's price now.
+    Price(usize),
     /// The cloud announces it will reclaim this spot node.
     Notice(NodeId),
     /// The cloud takes a node it announced.
@@ -279,6 +284,13 @@ impl<'a> Sim<'a> {
         for k in 0..s.traces.len() {
             s.push(t0, SimEvent::Capacity(k));
         }
+        for (k, t) in opts.spot_prices.iter().enumerate() {
+            let offered = cfg.pools.iter().any(|p| p.name == t.pool && p.market == Market::Spot)
+                && cfg.instance_type_index(&t.instance_type).is_some();
+            if offered {
+                s.push(t0, SimEvent::Price(k));
+            }
+        }
         if cfg.pools.iter().any(|p| p.uses_utilization()) {
             s.push(t0 + METRIC_PERIOD_MS, SimEvent::Metrics);
         }
@@ -425,10 +437,9 @@ impl<'a> Sim<'a> {
     fn stalled(&self) -> bool {
         self.running_gpus == 0
             && self.engine.poll_timeout().is_none()
-            && self
-                .heap
-                .iter()
-                .all(|Reverse((_, _, e))| matches!(e, SimEvent::Sample | SimEvent::Capacity(_) | SimEvent::Metrics))
+            && self.heap.iter().all(|Reverse((_, _, e))| {
+                matches!(e, SimEvent::Sample | SimEvent::Capacity(_) | SimEvent::Price(_) | SimEvent::Metrics)
+            })
             && self.engine.cluster().pools.iter().all(|p| p.requested.is_empty())
     }
 
@@ -486,6 +497,17 @@ impl<'a> Sim<'a> {
                 self.engine.handle_event(now, Event::NodeReady { node })
             }
             SimEvent::Capacity(k) => return self.capacity_change(k),
+            SimEvent::Price(k) => {
+                let t = &self.opts.spot_prices[k];
+                let (price, next) = t.trace.at(self.now - self.t0);
+                self.push(self.t0 + next, SimEvent::Price(k));
+                let ev = Event::SpotPrice {
+                    instance_type: t.instance_type.clone(),
+                    usd_per_hour: price,
+                    pool: Some(t.pool.clone()),
+                };
+                self.engine.handle_event(now, ev)
+            }
             SimEvent::Notice(node) => return self.notice(node),
             SimEvent::Metrics => {
                 self.push(now + METRIC_PERIOD_MS, SimEvent::Metrics);
@@ -581,6 +603,8 @@ impl<'a> Sim<'a> {
                 // but the first.
                 t.speed = crate::input::speed(t.serial_fraction, placement.len() as u32, t.most_workers);
                 t.restart_ms = if t.elastic && t.started { self.opts.elastic_restart_ms.max(0) } else { 0 };
+                // Moving its data in from another region makes no progress either.
+                t.restart_ms += self.engine.job(job).map_or(0, |j| j.transfer_ms);
                 t.started = true;
                 t.gpus = placement.iter().map(|&(_, g)| i64::from(g)).sum();
                 let run = (t.remaining_ms as f64 / t.speed).ceil() as Millis;
@@ -729,7 +753,7 @@ impl<'a> Sim<'a> {
                 busy[n.pool] += n.used as u64;
             }
             if n.ended_at.is_none() {
-                open[n.market.index()] += n.price_usd_per_hour * (self.now - n.requested_at) as f64 / 3_600_000.0;
+                open[n.market.index()] += n.price_usd_per_hour * (self.now - n.billed_from) as f64 / 3_600_000.0;
             }
         }
         let mut row = vec![(self.now - self.t0) as f64 / 1000.0, self.queued_gpus as f64, self.running_gpus as f64];

@@ -244,20 +244,26 @@ pub fn resolve(cfg: &Config, arg: &str, polarity: Polarity) -> Result<OfferingTr
         Some((it, word)) => (it, word.parse().map_err(|m: String| bad(format!("polarity: {m}")))?),
         None => (rest, polarity),
     };
-    let p = cfg.pools.iter().position(|x| x.name == pool).ok_or_else(|| {
-        let spot: Vec<&str> =
-            cfg.pools.iter().filter(|x| x.market == spillway_core::Market::Spot).map(|x| x.name.as_str()).collect();
-        bad(format!("no pool named `{pool}` (spot pools: {})", spot.join(", ")))
-    })?;
-    if cfg.pools[p].market != spillway_core::Market::Spot {
-        return Err(bad(format!("pool `{pool}` is not a spot pool")));
-    }
-    if !cfg.pools[p].instance_types.iter().any(|x| x == it) {
-        return Err(bad(format!("pool `{pool}` does not allow instance type `{it}`")));
-    }
+    check_offering(cfg, pool, it).map_err(bad)?;
     let path = Path::new(file);
     let trace = if file.ends_with(".csv") { load_bamboo(path)? } else { load_json(path, polarity)? };
     Ok(OfferingTrace { pool: pool.into(), instance_type: it.into(), trace })
+}
+
+/// Checks that `pool` is a spot pool of `cfg` that allows instance type `it`; the error says what is wrong.
+pub(crate) fn check_offering(cfg: &Config, pool: &str, it: &str) -> Result<(), String> {
+    let p = cfg.pools.iter().position(|x| x.name == pool).ok_or_else(|| {
+        let spot: Vec<&str> =
+            cfg.pools.iter().filter(|x| x.market == spillway_core::Market::Spot).map(|x| x.name.as_str()).collect();
+        format!("no pool named `{pool}` (spot pools: {})", spot.join(", "))
+    })?;
+    if cfg.pools[p].market != spillway_core::Market::Spot {
+        return Err(format!("pool `{pool}` is not a spot pool"));
+    }
+    if !cfg.pools[p].instance_types.iter().any(|x| x == it) {
+        return Err(format!("pool `{pool}` does not allow instance type `{it}`"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

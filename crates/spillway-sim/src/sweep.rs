@@ -144,7 +144,7 @@ fn measure(
         per_gpu_hour_s,
         // The ledger's markets: fixed, on-demand, spot.
         cloud_usd: l.by_market[1] + l.by_market[2],
-        total_usd: l.node_usd,
+        total_usd: l.total_usd(),
         mean_jct_s: jct / done.len().max(1) as f64,
         mean_wait_s: started.iter().sum::<f64>() / started.len().max(1) as f64,
         jobs_completed: done.len(),

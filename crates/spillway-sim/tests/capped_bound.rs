@@ -61,6 +61,8 @@ fn job(i: usize, (tier, gpus, workers, minutes, submit_min): (usize, u32, u32, u
         checkpoint_interval_ms: None,
         deadline: None,
         expected_duration_ms: Some(i64::from(minutes) * 60_000),
+        checkpoint_gb: None,
+        data_region: None,
     };
     SimJob {
         submit_ms: i64::from(submit_min) * 60_000,

@@ -106,6 +106,8 @@ fn run(o: &Offering, policy: &str, trace: &SpotTrace) -> (f64, bool) {
         checkpoint_interval_ms: None,
         deadline: Some(cfg.start_ms + secs(DEADLINE_H * 3600.0)),
         expected_duration_ms: Some(duration),
+        checkpoint_gb: None,
+        data_region: None,
     };
     let jobs = vec![SimJob { submit_ms: 0, duration_ms: duration, spec, serial_fraction: 0.0 }];
     let t = OfferingTrace { pool: "spot".into(), instance_type: o.instance_type.into(), trace: trace.clone() };

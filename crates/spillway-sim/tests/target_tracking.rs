@@ -29,6 +29,8 @@ fn ramp() -> Vec<SimJob> {
                 checkpoint_interval_ms: None,
                 deadline: None,
                 expected_duration_ms: None,
+                checkpoint_gb: None,
+                data_region: None,
             },
             serial_fraction: 0.0,
         })

@@ -368,6 +368,8 @@ pub fn build_submit(args: &SubmitArgs, file: JobFile) -> Result<JobSubmit> {
         checkpoint_interval_s: args.checkpoint_interval_s.or(file.checkpoint_interval_s),
         deadline_s: args.deadline_s.or(file.deadline_s),
         expected_duration_s: args.expected_duration_s.or(file.expected_duration_s),
+        checkpoint_gb: None,
+        data_region: None,
     })
 }
 

@@ -104,6 +104,8 @@ fn the_job_file_covers_every_submit_field() {
         checkpoint_interval_s: Some(1.0),
         deadline_s: Some(1.0),
         expected_duration_s: Some(1.0),
+        checkpoint_gb: None,
+        data_region: None,
     };
     let v = serde_json::to_value(&full).unwrap_or_default();
     assert!(serde_json::from_value::<JobFile>(v).is_ok());

@@ -43,8 +43,14 @@ pub struct Args {
     /// Drive a spot offering's capacity from a trace: POOL:INSTANCE_TYPE[:POLARITY]=FILE (spot-traces JSON, or a
     /// Bamboo `.csv` event log; POLARITY `available` or `unavailable` for a 0/1 file that does not say its own).
     /// Repeatable.
+    /// A trace file with a `prices` array (as SkyNomad's GCP set) also drives the offering's spot price.
     #[arg(long = "spot-trace")]
     spot_trace: Vec<String>,
+    /// Drive a spot offering's price from a trace: POOL:INSTANCE_TYPE=FILE (JSON with `metadata.gap_seconds` and a
+    /// `prices` array, or a `.csv` of `seconds,usd_per_hour` rows). Every live node of the offering is billed at
+    /// the price of the moment. Repeatable; it wins over prices inside a `--spot-trace` file.
+    #[arg(long = "spot-price")]
+    spot_price: Vec<String>,
     /// Which value of a 0/1 spot trace means a node can be had, for files whose `metadata.polarity` and
     /// `--spot-trace` argument do not say:
     /// `available` (1 is obtainable, as in the AWS spot-traces sets) or `unavailable` (1 is preempted or
@@ -217,6 +223,7 @@ pub fn run(args: Args) -> Result<()> {
         .iter()
         .map(|a| spillway_sim::spot::resolve(&cfg, a, polarity))
         .collect::<Result<Vec<_>, _>>()?;
+    let spot_prices = spot_prices(&cfg, &args, &spot_traces)?;
     // Decisions go to events.jsonl as they are made: a long trace's records are never all held in memory.
     // They go to `events.jsonl.partial`, renamed when the run has ended and every other output is written; the
     // outputs of an earlier run in the same dir are removed first, so a dir never mixes two runs.
@@ -241,6 +248,7 @@ pub fn run(args: Args) -> Result<()> {
         record: true,
         check: if args.check_full { Check::Full } else { Check::Step },
         spot_traces,
+        spot_prices,
         progress,
         decisions_to,
         elastic_restart_ms: (args.elastic_restart * 1000.0).round() as i64,
@@ -334,4 +342,27 @@ fn parse_days(s: &str) -> Result<f64, String> {
         Ok(d) if d.is_finite() && d > 0.0 && d <= 3650.0 => Ok(d),
         _ => Err(format!("`{s}` is not a number of days above 0 and at most 3650")),
     }
+}
+
+/// Returns the price traces of a run: each `--spot-price`, and the `prices` array of each JSON `--spot-trace` file
+/// (`traces` holds the resolved offerings of `args.spot_trace`, in order) whose offering no `--spot-price` names.
+fn spot_prices(
+    cfg: &spillway_core::Config,
+    args: &Args,
+    traces: &[spillway_sim::spot::OfferingTrace],
+) -> anyhow::Result<Vec<spillway_sim::price::OfferingPrice>> {
+    let mut out =
+        args.spot_price.iter().map(|a| spillway_sim::price::resolve(cfg, a)).collect::<Result<Vec<_>, _>>()?;
+    for (arg, t) in args.spot_trace.iter().zip(traces) {
+        let file = arg.split_once('=').map_or("", |(_, f)| f);
+        if file.ends_with(".csv") || out.iter().any(|p| p.pool == t.pool && p.instance_type == t.instance_type) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+        if let Some(trace) = spillway_sim::price::parse_json(file, &text)? {
+            let (pool, instance_type) = (t.pool.clone(), t.instance_type.clone());
+            out.push(spillway_sim::price::OfferingPrice { pool, instance_type, trace });
+        }
+    }
+    Ok(out)
 }

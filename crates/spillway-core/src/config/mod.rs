@@ -5,6 +5,7 @@ mod budget;
 mod finite;
 mod keys;
 mod locate;
+mod network;
 mod prometheus;
 pub mod schema;
 mod secs;
@@ -17,6 +18,7 @@ use std::collections::BTreeMap;
 
 pub use budget::{Alerts, Budget, Period};
 pub use finite::{NonFinite, first_non_finite};
+pub use network::{EgressPrice, EgressTable, Network};
 pub use prometheus::Prometheus;
 pub use secs::parse as parse_duration;
 pub use validate::ConfigError;
@@ -257,6 +259,17 @@ pub struct Pool {
     /// names the nodes it wants ([`crate::Event::NodeRequested`]); such a pool runs none of Spillway's jobs.
     #[serde(default)]
     pub scheduler: PoolScheduler,
+    /// The cloud region its nodes run in (`us-east-1`): a job whose data or last checkpoint is in another region
+    /// pays `[network]` egress and transfer time to start here. Absent: moves to and from it are free.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// The zone within the region (reports and the provider's launch placement; moves between zones are free).
+    #[serde(default)]
+    pub zone: Option<String>,
+    /// Spot pools: this pool's own spot price per node-hour of an instance type (a zone's price), over the
+    /// instance type's `spot_usd_per_hour`.
+    #[serde(default)]
+    pub spot_usd_per_hour: BTreeMap<String, f64>,
 }
 
 /// Who asks for a pool's nodes.
@@ -453,6 +466,8 @@ struct RawConfig {
     provider: Option<toml::Table>,
     #[serde(default)]
     slurm: Option<toml::Table>,
+    #[serde(default)]
+    network: Network,
 }
 
 /// A validated configuration. Tiers are sorted by priority; names are unique; every reference resolves.
@@ -481,6 +496,10 @@ pub struct Config {
     /// The `[slurm]` table: how the daemon talks to Slurm and maps its partitions to tiers, read by the daemon's
     /// shell, never by the engine; absent: no Slurm.
     pub slurm: Option<toml::Table>,
+    /// `[network]`: egress prices and bandwidth between regions.
+    pub network: Network,
+    /// What a move between two pools' regions costs (built from `network` when some pool names a region).
+    pub egress: EgressTable,
 }
 
 impl Config {
@@ -497,6 +516,25 @@ impl Config {
             return Err(ConfigError { file: file.into(), message, key: bad.key, line, column: None, also: Vec::new() });
         }
         validate::resolve(file, text, raw)
+    }
+
+    /// Returns the price per node-hour of instance type `it` in `pool`: the pool's own spot price when it sets
+    /// one, else the type's price in the pool's market (`None`: not sold there).
+    pub fn offer_price(&self, pool: usize, it: usize) -> Option<f64> {
+        let (p, t) = (&self.pools[pool], &self.instance_types[it]);
+        match p.spot_usd_per_hour.get(&t.name) {
+            Some(&price) if p.market == Market::Spot => Some(price),
+            _ => t.price_usd_per_hour(p.market),
+        }
+    }
+
+    /// Returns (USD, ms) to move `gb` GB of a job's data from region `from` into `pool`; nothing when either
+    /// region is unknown or they are the same.
+    pub fn move_cost(&self, from: Option<&str>, pool: usize, gb: f64) -> (f64, i64) {
+        match (from, self.pools[pool].region.as_deref()) {
+            (Some(a), Some(b)) => self.egress.cost(a, b, gb),
+            _ => (0.0, 0),
+        }
     }
 
     /// Returns the tier with `name`.
@@ -529,9 +567,9 @@ impl Config {
             for n in pool.nodes.iter().filter(|n| fits(&n.gpu_model)) {
                 best = best.max(n.gpus);
             }
-            for it in self.pool_types(i) {
-                let it = &self.instance_types[it];
-                if fits(&it.gpu_model) && it.price_usd_per_hour(pool.market).is_some() {
+            for ix in self.pool_types(i) {
+                let it = &self.instance_types[ix];
+                if fits(&it.gpu_model) && self.offer_price(i, ix).is_some() {
                     best = best.max(it.gpus);
                 }
             }
@@ -605,12 +643,11 @@ impl Config {
     /// nodes of its best type for them.
     fn cloud_gang_room(&self, pool: usize, g: u32, model: Option<&str>) -> GangRoom {
         let p = &self.pools[pool];
-        let per_node = p
-            .instance_types
-            .iter()
-            .filter_map(|n| self.instance_type_index(n))
+        let per_node = self
+            .pool_types(pool)
+            .filter(|&i| self.offer_price(pool, i).is_some())
             .map(|i| &self.instance_types[i])
-            .filter(|it| it.price_usd_per_hour(p.market).is_some() && model_fits(model, &it.gpu_model))
+            .filter(|it| model_fits(model, &it.gpu_model))
             .map(|it| it.gpus / g)
             .max()
             .unwrap_or(0);

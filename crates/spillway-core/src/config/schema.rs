@@ -138,6 +138,22 @@ pub const POOL: &[Key] = &[
     k("step_scaling", Tables(STEP_BAND), "[]", "Step-scaling bands on utilization."),
     k("predictive", Table(PREDICTIVE), "none", "Predictive scaling from a demand forecast."),
     k("scheduler", OneOf(&["spillway", "slurm"]), "\"spillway\"", "Who asks for its nodes."),
+    k("region", Str, "none", "Cloud region of its nodes; moves from other regions pay `[network]` egress."),
+    k("zone", Str, "none", "Zone within the region (moves between zones are free)."),
+    k("spot_usd_per_hour", Named(&Float), "the type's", "Spot: this pool's own price per node-hour by type."),
+];
+
+pub const EGRESS: &[Key] = &[
+    k("from", Str, "", "Region the data leaves."),
+    k("to", Str, "", "Region it enters."),
+    k("usd_per_gb", Float, "", "Price per GB moved."),
+];
+
+pub const NETWORK: &[Key] = &[
+    k("egress_usd_per_gb", Float, "0.02", "Price per GB between regions no entry or AWS price names."),
+    k("transfer_gbps", Float, "10", "Bandwidth a job's data moves at between regions (Gbit/s)."),
+    k("move_overhead_s", Secs, "0", "Time added to every move between regions besides the transfer."),
+    k("egress", Tables(EGRESS), "AWS's prices", "Prices per region pair, over AWS's built-in ones."),
 ];
 
 pub const SCHEDULE: &[Key] = &[
@@ -201,6 +217,7 @@ pub const TOP: &[Key] = &[
     k("prometheus", Table(PROMETHEUS), "none", "The server pools' `utilization_query` reads (docs/metrics.md)."),
     k("provider", Free("docs/aws.md"), "local", "Where nodes come from: `kind = \"local\"` or `\"aws\"`."),
     k("slurm", Free("docs/slurm.md"), "none", "Slurm's node sets and partitions."),
+    k("network", Table(NETWORK), "", "Egress prices and bandwidth between regions."),
 ];
 
 /// Returns a kind as the reference and errors name it.
@@ -320,6 +337,8 @@ mod tests {
             ("budgets", fields::<Budget>(), BUDGET),
             ("alerts", fields::<Alerts>(), ALERTS),
             ("prometheus", fields::<Prometheus>(), PROMETHEUS),
+            ("network", fields::<Network>(), NETWORK),
+            ("network.egress", fields::<EgressPrice>(), EGRESS),
         ];
         for (what, serde_keys, schema) in pairs {
             assert!(!serde_keys.is_empty(), "{what}: no fields listed");

@@ -97,6 +97,7 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
         return Err(cx.err("policy", None, "scan_limit", "must be at least 1".into()));
     }
     check_quotas(&cx, &raw)?;
+    super::network::check(&cx, &raw.network)?;
     super::budget::check(&cx, &raw.budgets, &raw.alerts, &raw.teams)?;
     super::prometheus::check(&cx, raw.prometheus.as_ref(), &raw.pools)?;
     if let Some(p) = &raw.provider {
@@ -110,6 +111,12 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
             _ => return Err(cx.err("provider", None, "kind", "must be \"local\" or \"aws\"".into())),
         }
     }
+    // The built-in table is parsed only where some pool has a region to move between.
+    let egress = if raw.pools.iter().any(|p| p.region.is_some()) {
+        super::EgressTable::new(&raw.network)
+    } else {
+        super::EgressTable::default()
+    };
     Ok(Config {
         cluster: raw.cluster,
         start_ms,
@@ -125,6 +132,8 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
         prometheus: raw.prometheus,
         provider: raw.provider,
         slurm: raw.slurm,
+        egress,
+        network: raw.network,
     })
 }
 
@@ -302,6 +311,28 @@ fn check_external_pool(cx: &Ctx, i: usize, p: &Pool) -> Result<(), ConfigError> 
     Ok(())
 }
 
+/// Checks a pool's region, zone and own spot prices: names not blank, prices for its own types, spot only.
+fn check_pool_place(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigError> {
+    let e = |key: &str, msg: String| cx.err("pools", Some(i), key, msg);
+    for (key, v) in [("region", &p.region), ("zone", &p.zone)] {
+        if v.as_ref().is_some_and(|s| s.trim().is_empty()) {
+            return Err(e(key, "is blank: name it or leave it out".into()));
+        }
+    }
+    if !p.spot_usd_per_hour.is_empty() && p.market != Market::Spot {
+        return Err(e("spot_usd_per_hour", "is for spot pools".into()));
+    }
+    for (name, &price) in &p.spot_usd_per_hour {
+        if !p.instance_types.contains(name) {
+            return Err(e("spot_usd_per_hour", format!("names `{name}`, which the pool does not allow")));
+        }
+        if !(price > 0.0 && price.is_finite()) {
+            return Err(e("spot_usd_per_hour", format!("`{name}` costs {price}: must be a finite price > 0")));
+        }
+    }
+    Ok(())
+}
+
 fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     let e = |i: usize, key: &str, msg: String| cx.err("pools", Some(i), key, msg);
@@ -333,7 +364,7 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
                     format!("unknown instance type `{name}` (not in [[instance_types]])"),
                 ));
             };
-            if it.price_usd_per_hour(p.market).is_none() {
+            if it.price_usd_per_hour(p.market).is_none() && !p.spot_usd_per_hour.contains_key(name) {
                 return Err(e(
                     i,
                     "instance_types",
@@ -341,6 +372,7 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
                 ));
             }
         }
+        check_pool_place(cx, i, p)?;
         for name in p.capacity.keys() {
             if !p.instance_types.contains(name) {
                 return Err(e(i, "capacity", format!("capacity names `{name}`, which the pool does not allow")));

@@ -289,12 +289,12 @@ impl<'a> Pass<'a> {
         if !self.strict_block && !known_full {
             let mut need = Need::of(job, now);
             let most = job.gang.max_workers;
-            if let Some(mut placement) = self.find(c, &need, end, in_wait) {
+            if let Some(mut placement) = self.find(c, id, &need, end, in_wait) {
                 self.widen(c, id, &mut placement);
                 if self.waits_for_width(c, id, placement.len(), (access, burst_at), wake) {
                     // Narrow here is not worth it: all its workers elsewhere (on nodes bought for it), or wait.
                     need.w = most;
-                    match self.find(c, &need, end, in_wait) {
+                    match self.find(c, id, &need, end, in_wait) {
                         Some(full) => self.start(c, id, full),
                         None => self.wait(c, id, access, burst_at, wake),
                     }
@@ -355,10 +355,20 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Returns a placement for `need` in its tier's pool order, under the waiting-budget rule when the job's
-    /// expected `end` matters (see `budget_place`).
-    fn find(&mut self, c: &mut Cluster, need: &Need, end: Option<Time>, in_wait: bool) -> Option<Vec<(NodeId, u32)>> {
-        let order = &self.pool_order[need.tier];
+    /// Returns a placement for job `id`'s `need` in its tier's pool order (or its own, when starting in some pool
+    /// moves its data: [`crate::data_move::order_for`]), under the waiting-budget rule when the job's expected
+    /// `end` matters (see `budget_place`).
+    fn find(
+        &mut self,
+        c: &mut Cluster,
+        id: JobId,
+        need: &Need,
+        end: Option<Time>,
+        in_wait: bool,
+    ) -> Option<Vec<(NodeId, u32)>> {
+        let tier_order: &'a [usize] = &self.pool_order[need.tier];
+        let moved = crate::data_move::order_for(self.cfg, tier_order, &c.jobs[id.0 as usize], self.now);
+        let order = moved.as_deref().unwrap_or(tier_order);
         match end {
             None => find_placement(c, self.cfg, order, need, &mut self.slots),
             Some(end) => {

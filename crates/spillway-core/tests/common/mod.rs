@@ -243,6 +243,8 @@ pub fn spec_of(tier: &str, team: &str, gpus: u32, workers: u32) -> JobSpec {
         checkpoint_interval_ms: None,
         deadline: None,
         expected_duration_ms: None,
+        checkpoint_gb: None,
+        data_region: None,
     }
 }
 

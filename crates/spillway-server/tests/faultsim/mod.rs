@@ -249,6 +249,8 @@ impl World {
             checkpoint_interval_ms: Some(5_000),
             deadline: None,
             expected_duration_ms: None,
+            checkpoint_gb: None,
+            data_region: None,
         };
         let Some(st) = self.daemon.as_mut() else { return };
         let name = spec.name.clone();

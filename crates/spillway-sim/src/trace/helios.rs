@@ -83,6 +83,8 @@ pub fn from_series(running: &Series, pending: &Series) -> Result<Trace, TraceErr
                 min_workers: None,
                 serial_fraction: None,
                 line: start + 2,
+                checkpoint_gb: None,
+                data_region: None,
             });
         }
     }

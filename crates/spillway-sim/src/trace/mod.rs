@@ -35,6 +35,10 @@ pub struct TraceJob {
     pub checkpoint_interval_s: Option<f64>,
     /// Deadline, seconds from the start of the trace.
     pub deadline_s: Option<f64>,
+    /// Size of its checkpoint and data in GB (what a move between regions carries); `None`: nothing moves.
+    pub checkpoint_gb: Option<f64>,
+    /// The region its data is in before its first start.
+    pub data_region: Option<String>,
     /// 1-based line in the source file, so later checks can name where a job came from.
     pub line: usize,
 }

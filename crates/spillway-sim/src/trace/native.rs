@@ -6,7 +6,8 @@
 //! `workers` (whole, >= 1, default 1; `max_workers` is another name for it), `tier`, `team`, `gpu_type`,
 //! `interruptible` (`true`/`false`), `checkpoint_interval_s` (> 0), `deadline_s` (> `submit_s`), and for elastic
 //! jobs `min_workers` (whole, 1..=`workers`) and `serial_fraction` (0 <= f < 1: the job's scaling curve, Amdahl's
-//! law; 0, linear, when absent). `duration_s` is the run time on all `workers`. Tier names are not checked here:
+//! law; 0, linear, when absent), `checkpoint_gb` (>= 0: what a move between regions carries) and `data_region`
+//! (where its data is before it first runs). `duration_s` is the run time on all `workers`. Tier names are not checked here:
 //! the configuration decides which tiers exist.
 
 use std::collections::HashMap;
@@ -19,7 +20,7 @@ use super::{Trace, TraceError, TraceJob, read_csv, read_file};
 const REQUIRED: [&str; 4] = ["job_id", "submit_s", "duration_s", "gpus"];
 
 /// Every column, in the order [`write`] puts them.
-const COLUMNS: [&str; 13] = [
+const COLUMNS: [&str; 15] = [
     "job_id",
     "submit_s",
     "duration_s",
@@ -33,6 +34,8 @@ const COLUMNS: [&str; 13] = [
     "deadline_s",
     "min_workers",
     "serial_fraction",
+    "checkpoint_gb",
+    "data_region",
 ];
 
 /// Reads a native trace file. Returns its jobs in file order, or the first error, which names the file,
@@ -75,6 +78,10 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
         };
         let checkpoint_interval_s = row.positive("checkpoint_interval_s")?;
         let deadline_s = row.float("deadline_s")?;
+        let checkpoint_gb = row.float("checkpoint_gb")?;
+        if checkpoint_gb.is_some_and(|g| !(0.0..=1.0e6).contains(&g)) {
+            return Err(row.bad("checkpoint_gb", "is not a size from 0 to 1000000 GB"));
+        }
         if deadline_s.is_some_and(|d| d <= submit_s) {
             return Err(row.bad("deadline_s", &format!("is not after submit_s `{submit_s}`")));
         }
@@ -93,6 +100,8 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
             min_workers,
             serial_fraction,
             line: row.line,
+            checkpoint_gb,
+            data_region: row.cell("data_region").map(str::to_string),
         });
         Ok(())
     })?;
@@ -129,6 +138,8 @@ pub fn write(trace: &Trace, mut w: impl Write) -> std::io::Result<()> {
             opt(job.deadline_s),
             job.min_workers.map(|m| m.to_string()).unwrap_or_default(),
             opt(job.serial_fraction),
+            opt(job.checkpoint_gb),
+            job.data_region.clone().unwrap_or_default(),
         ])
         .map_err(into_io)?;
     }
@@ -273,6 +284,8 @@ mod tests {
             min_workers: Some(2),
             serial_fraction: Some(0.125),
             line: 0,
+            checkpoint_gb: None,
+            data_region: None,
         };
         let mut bare = job("#bare", 1.0 / 3.0);
         (bare.tier, bare.team, bare.gpu_type, bare.interruptible) = (None, None, None, None);

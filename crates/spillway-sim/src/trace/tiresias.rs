@@ -58,6 +58,8 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
             min_workers: None,
             serial_fraction: None,
             line: row.line,
+            checkpoint_gb: None,
+            data_region: None,
         });
         Ok(())
     })?;

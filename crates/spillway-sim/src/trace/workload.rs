@@ -77,6 +77,8 @@ impl Draft {
             min_workers: None,
             serial_fraction: None,
             line: i + 1,
+            checkpoint_gb: None,
+            data_region: None,
         }
     }
 }

@@ -1,0 +1,152 @@
+//! Regions, zone prices and moving data, as a user states them: spot is billed at the price of the moment (a
+//! price change re-prices the nodes already running, in the pool it names only); a job whose data is in one
+//! region moves to a cheaper one only when the saving over its remaining work pays the egress and the transfer,
+//! and the transfer is time it makes no progress.
+
+use spillway_core::{DecisionKind, Event, JobId, Market};
+
+mod common;
+use common::*;
+
+const REGIONS: &str = r#"
+[tiers.p1]
+burst_after_s = 0
+
+[[instance_types]]
+name = "a8"
+gpus = 8
+gpu_model = "H100"
+on_demand_usd_per_hour = 24.0
+spot_usd_per_hour = 12.0
+
+[[pools]]
+name = "od-east"
+market = "on_demand"
+instance_types = ["a8"]
+max_nodes = 4
+region = "us-east-1"
+
+[[pools]]
+name = "spot-east"
+market = "spot"
+instance_types = ["a8"]
+max_nodes = 4
+region = "us-east-1"
+zone = "us-east-1a"
+spot_usd_per_hour = { a8 = 10.0 }
+
+[[pools]]
+name = "spot-west"
+market = "spot"
+instance_types = ["a8"]
+max_nodes = 4
+region = "us-west-2"
+zone = "us-west-2b"
+spot_usd_per_hour = { a8 = 9.0 }
+"#;
+
+const EAST: usize = 1;
+const WEST: usize = 2;
+
+/// Submits an 8-GPU p1 job of `hours` with `gb` of data in us-east-1; returns it and the pool it was bought in.
+fn submit_moving(h: &mut Harness, hours: f64, gb: f64) -> (JobId, usize) {
+    let mut s = spec("p1", 8, 1);
+    s.expected_duration_ms = Some((hours * 3_600_000.0) as i64);
+    s.checkpoint_gb = Some(gb);
+    s.data_region = Some("us-east-1".into());
+    let id = h.submit(s);
+    let l = launches(&h.drain());
+    assert_eq!(l.len(), 1, "one node for the job: {l:?}");
+    (id, l[0].1)
+}
+
+#[test]
+fn a_spot_price_change_reprices_running_nodes_from_that_instant_in_the_pool_it_names() {
+    let mut h = Harness::new(REGIONS);
+    let job = h.submit(spec("p1", 8, 1));
+    let l = launches(&h.drain());
+    assert_eq!((l.len(), l[0].1), (1, WEST), "the cheaper zone's price buys: {l:?}");
+    h.at(60.0).event(Event::NodeReady { node: l[0].0 });
+    assert!(started(&h.drain(), job).is_some());
+    // At 1 h in, the west zone's price halves; a change in the east zone touches nothing running.
+    h.at(3_660.0);
+    h.event(Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 4.5, pool: Some("spot-west".into()) });
+    h.event(Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 20.0, pool: Some("spot-east".into()) });
+    assert_eq!(h.node(l[0].0).price_usd_per_hour, 4.5);
+    h.at(7_260.0);
+    let books = h.e.cluster().books_at(h.now);
+    let want = 9.0 * 3_660.0 / 3_600.0 + 4.5;
+    assert!((books.by_pool[WEST] - want).abs() < 1e-9, "node: {} != {want}", books.by_pool[WEST]);
+    assert_eq!(books.by_pool[EAST], 0.0);
+    h.event(Event::JobExited { job, attempt: 1, success: true, exit: None });
+    let l = &h.e.cluster().ledger;
+    assert!((l.job_usd - (9.0 + 4.5)).abs() < 1e-9, "the job paid each price for its time: {}", l.job_usd);
+    // A price for a pool that does not exist, or is not spot, is refused and changes nothing.
+    for pool in ["nowhere", "od-east"] {
+        let ev = Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 1.0, pool: Some(pool.into()) };
+        assert!(h.e.handle_event(h.now, ev).is_err(), "{pool}");
+    }
+    // A price for the type alone leaves pools with their own price as they are.
+    h.event(Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 1.0, pool: None });
+    assert_eq!(h.e.config().offer_price(WEST, 0), Some(4.5));
+}
+
+#[test]
+fn a_job_moves_its_data_to_a_cheaper_region_only_when_its_remaining_work_pays_the_move() {
+    // 2,000 GB from us-east-1 to us-west-2: $40 of egress (AWS $0.02/GB) and 1,600 s at 10 Gbit/s. West saves
+    // $1 per hour: a 1-hour job stays, a 100-hour job moves.
+    let mut h = Harness::new(REGIONS);
+    let (short, pool) = submit_moving(&mut h, 1.0, 2_000.0);
+    assert_eq!(pool, EAST, "a 1-hour job saves $1 and would pay $40 to move");
+    let (long, pool) = submit_moving(&mut h, 100.0, 2_000.0);
+    assert_eq!(pool, WEST, "a 100-hour job saves $100 for $40 and 1,600 s");
+    let nodes: Vec<_> = h.e.cluster().nodes.iter().map(|n| n.id).collect();
+    h.at(60.0);
+    for n in nodes {
+        h.event(Event::NodeReady { node: n });
+    }
+    let a = h.drain();
+    assert!(started(&a, short).is_some() && started(&a, long).is_some(), "{a:?}");
+    let l = &h.e.cluster().ledger;
+    assert!((l.egress_usd - 40.0).abs() < 1e-9, "only the long job moved: ${}", l.egress_usd);
+    assert_eq!(h.records_of(DecisionKind::JobStarted, "data_moved").len(), 1);
+    assert_eq!((h.job(short).transfer_ms, h.job(long).transfer_ms), (0, 1_600_000));
+    assert_eq!(h.job(long).data_at.as_deref(), Some("us-west-2"));
+    // The transfer makes no progress: the long job's work starts once its data is in.
+    h.at(60.0 + 1_600.0);
+    assert_eq!(h.job(long).remaining_work_ms(h.now), Some(100 * 3_600_000));
+    h.at(60.0 + 1_600.0 + 3_600.0);
+    assert_eq!(h.job(long).remaining_work_ms(h.now), Some(99 * 3_600_000));
+    // Egress is the team's and the tier's cost, in no market.
+    let l = &h.e.cluster().ledger;
+    assert!((l.total_usd() - l.node_usd - 40.0).abs() < 1e-9);
+    assert!(l.by_tier.iter().sum::<f64>() >= 40.0);
+}
+
+#[test]
+fn regions_and_zone_prices_are_checked_with_the_key_at_fault() {
+    let bad = |from: &str, to: &str| {
+        let text = REGIONS.replace(from, to);
+        spillway_core::Config::parse("r.toml", &text).unwrap_err().to_string()
+    };
+    let e = bad("region = \"us-west-2\"", "region = \" \"");
+    assert!(e.contains("pools[2].region") && e.contains("blank"), "{e}");
+    let e = bad("spot_usd_per_hour = { a8 = 9.0 }", "spot_usd_per_hour = { b8 = 9.0 }");
+    assert!(e.contains("spot_usd_per_hour") && e.contains("`b8`"), "{e}");
+    let e = bad("spot_usd_per_hour = { a8 = 9.0 }", "spot_usd_per_hour = { a8 = -1.0 }");
+    assert!(e.contains("spot_usd_per_hour") && e.contains("price > 0"), "{e}");
+    let e = bad(
+        "region = \"us-east-1\"\n\n[[pools]]\nname = \"spot-east\"",
+        "spot_usd_per_hour = { a8 = 1.0 }\n\n[[pools]]\nname = \"spot-east\"",
+    );
+    assert!(e.contains("pools[0].spot_usd_per_hour") && e.contains("spot pools"), "{e}");
+    let net = |t: &str| spillway_core::Config::parse("r.toml", &format!("{REGIONS}\n[network]\n{t}\n"));
+    let e = net("transfer_gbps = 0").unwrap_err().to_string();
+    assert!(e.contains("network.transfer_gbps"), "{e}");
+    let e = net("[[network.egress]]\nfrom = \"a\"\nto = \"b\"\nusd_per_gb = -1").unwrap_err().to_string();
+    assert!(e.contains("usd_per_gb"), "{e}");
+    let cfg = net("[[network.egress]]\nfrom = \"us-east-1\"\nto = \"us-west-2\"\nusd_per_gb = 0.5").unwrap();
+    assert_eq!(cfg.move_cost(Some("us-east-1"), WEST, 10.0).0, 5.0);
+    assert_eq!(cfg.move_cost(Some("us-east-1"), EAST, 10.0), (0.0, 0));
+    assert_eq!(cfg.pools[WEST].market, Market::Spot);
+}
