@@ -4,6 +4,7 @@
 //! a job may run, cloud pools are tried by their price per GPU-hour plus the move into them spread over the job's
 //! remaining work, so a job hops to a cheaper region only when the saving over its remaining work pays the move.
 
+use crate::cluster::Cluster;
 use crate::config::{Config, Market};
 use crate::event::DecisionKind;
 use crate::model::{Job, JobId};
@@ -38,47 +39,87 @@ impl Engine {
     }
 }
 
+/// Returns whether job `job` may move data between regions: it has a size and a region, so [`order_for`] may
+/// give it an order of its own.
+pub(crate) fn may_move(job: &Job) -> bool {
+    job.spec.checkpoint_gb.is_some_and(|g| g > 0.0) && job.data_at.is_some()
+}
+
 /// Returns `order` as job `job` should try it at `now` when starting in some of its pools moves its data: fixed
-/// pools first (as in every order), then cloud pools by price per GPU-hour plus the move into them (egress, and
-/// the node paid while the data moves) spread over its remaining work (an hour when it declared no duration).
+/// pools first (as in every order), then cloud pools by their price per GPU-hour with moving there
+/// ([`MovePrice::per_gpu_hour`]). A spot pool that costs more so than the tier's cheapest on-demand pool is left
+/// out: the job runs on-demand (or, while its deadline holds it to spot, waits for a spot pool that pays). A job
+/// stopped in a region with spot pools leaves spot pools of other regions out until it has waited there as long
+/// as moving is worth ([`MovePrice::move_wait_ms`]); the second value is when the first such pool comes back in
+/// (wake then).
 /// `None` when no pool of the order moves its data: the tier's order holds.
-pub(crate) fn order_for(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Option<Vec<usize>> {
-    let price = MovePrice::of(cfg, job, now)?;
+pub(crate) fn order_for(
+    c: &Cluster,
+    cfg: &Config,
+    order: &[usize],
+    job: &Job,
+    now: Time,
+) -> Option<(Vec<usize>, Option<Time>)> {
+    let price = MovePrice::of(c, cfg, order, job, now)?;
     if order.iter().all(|&p| price.moves(p) == (0.0, 0)) {
         return None;
     }
     let mut keyed: Vec<(bool, f64, usize)> =
         order.iter().map(|&p| (cfg.pools[p].market != Market::Fixed, price.per_gpu_hour(p), p)).collect();
+    let od =
+        keyed.iter().filter(|k| cfg.pools[k.2].market == Market::OnDemand).map(|k| k.1).fold(f64::INFINITY, f64::min);
+    // A job stopped where its data is (an interruption, a preemption) may wait for spot there again before it
+    // moves; a first start chooses on price alone.
+    let may_wait = job.state == crate::model::JobState::Queued
+        && job.attempt > 0
+        && order.iter().any(|&q| cfg.pools[q].market == Market::Spot && price.moves(q) == (0.0, 0));
+    let mut back_at: Option<Time> = None;
+    keyed.retain(|k| {
+        if cfg.pools[k.2].market != Market::Spot {
+            return true;
+        }
+        let wait_end = job.queued_since.saturating_add(price.move_wait_ms(k.2));
+        if may_wait && now < wait_end {
+            back_at = Some(back_at.map_or(wait_end, |b| b.min(wait_end)));
+            return false;
+        }
+        k.1 < od
+    });
     // Stable: equal prices keep the tier's order.
     keyed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    Some(keyed.into_iter().map(|(_, _, p)| p).collect())
+    Some((keyed.into_iter().map(|(_, _, p)| p).collect(), back_at))
 }
 
 /// Returns whether moving running job `job` from pool `here` to some spot pool of `order` pays at `now`: that
-/// pool's price with the move spread over the remaining work is below `here`'s. Always true for a job that
+/// pool's price with moving there ([`MovePrice::per_gpu_hour`]) is below `here`'s. Always true for a job that
 /// moves no data (the move then costs a restart only, which the caller weighs).
-pub(crate) fn spot_move_pays(cfg: &Config, order: &[usize], job: &Job, here: usize, now: Time) -> bool {
-    let Some(price) = MovePrice::of(cfg, job, now) else { return true };
+pub(crate) fn spot_move_pays(c: &Cluster, cfg: &Config, order: &[usize], job: &Job, here: usize, now: Time) -> bool {
+    let Some(price) = MovePrice::of(c, cfg, order, job, now) else { return true };
     let stay = crate::access::gpu_price(cfg, here);
     order.iter().any(|&p| cfg.pools[p].market == Market::Spot && price.per_gpu_hour(p) < stay)
 }
 
-/// What a move costs one job: its data's size and region, its GPUs and the hours its remaining work takes.
+/// What a move costs one job: its data's size and region, its GPUs and workers, the hours its remaining work
+/// takes, and the pools it may use (where an interruption would send it next).
 struct MovePrice<'a> {
+    c: &'a Cluster,
     cfg: &'a Config,
+    order: &'a [usize],
     gb: f64,
     from: &'a str,
     gpus: f64,
+    workers: f64,
     hours: f64,
 }
 
 impl<'a> MovePrice<'a> {
     /// `None` for a job that declares no data size or has no data region yet.
-    fn of(cfg: &'a Config, job: &'a Job, now: Time) -> Option<MovePrice<'a>> {
+    fn of(c: &'a Cluster, cfg: &'a Config, order: &'a [usize], job: &'a Job, now: Time) -> Option<MovePrice<'a>> {
         let gb = job.spec.checkpoint_gb.filter(|&g| g > 0.0)?;
         let from = job.data_at.as_deref()?;
         let hours = job.remaining_work_ms(now).filter(|&r| r > 0).unwrap_or(HOUR_MS) as f64 / HOUR_MS as f64;
-        Some(MovePrice { cfg, gb, from, gpus: f64::from(job.total_gpus().max(1)), hours })
+        let (gpus, workers) = (f64::from(job.total_gpus().max(1)), f64::from(job.gang.workers.max(1)));
+        Some(MovePrice { c, cfg, order, gb, from, gpus, workers, hours })
     }
 
     /// (USD, ms) of moving the data into pool `p`.
@@ -86,11 +127,69 @@ impl<'a> MovePrice<'a> {
         self.cfg.move_cost(Some(self.from), p, self.gb)
     }
 
-    /// Pool `p`'s price per GPU-hour with the move into it (egress, and the node paid while the data moves)
-    /// spread over the remaining work.
+    /// Returns pool `p`'s price per GPU-hour for this job: its price, plus the move into it (egress, and the
+    /// nodes paid while the data moves) spread over the remaining work, plus for spot the moves its interruptions
+    /// are expected to force out of it ([`Self::interruption_usd_per_hour`]).
     fn per_gpu_hour(&self, p: usize) -> f64 {
         let (usd, ms) = self.moves(p);
         let transfer_h = ms as f64 / HOUR_MS as f64;
-        crate::access::gpu_price(self.cfg, p) * (1.0 + transfer_h / self.hours) + usd / (self.gpus * self.hours)
+        let into =
+            crate::access::gpu_price(self.cfg, p) * (1.0 + transfer_h / self.hours) + usd / (self.gpus * self.hours);
+        into + self.interruption_usd_per_hour(p) / self.gpus
+    }
+
+    /// Returns how long a queued job waits for spot where its data is before it moves to spot pool `p` in
+    /// another region (0 when nothing moves): the ski-rental rule, waiting while the wait is worth less than the
+    /// move. A move costs its egress and the nodes paid during the transfer; an hour of waiting is worth what an
+    /// hour of its slack may cost later, the on-demand premium over spot for its GPUs (the spot price itself for
+    /// a tier without on-demand).
+    fn move_wait_ms(&self, p: usize) -> i64 {
+        let (usd, ms) = self.moves(p);
+        if usd <= 0.0 && ms <= 0 {
+            return 0;
+        }
+        let cost = usd + crate::access::gpu_price(self.cfg, p) * self.gpus * ms as f64 / HOUR_MS as f64;
+        let cheapest = |m: Market| {
+            let prices = self.order.iter().filter(|&&q| self.cfg.pools[q].market == m);
+            prices.map(|&q| crate::access::gpu_price(self.cfg, q)).fold(f64::INFINITY, f64::min)
+        };
+        let (od, spot) = (cheapest(Market::OnDemand), cheapest(Market::Spot));
+        let per_gpu_h = if od.is_finite() { od - spot } else { spot };
+        if !(per_gpu_h > 0.0 && per_gpu_h.is_finite()) {
+            return 0;
+        }
+        // At most a week: a free-to-wait job is still not held for ever by a tiny price.
+        (cost / (per_gpu_h * self.gpus) * HOUR_MS as f64).min(7.0 * 24.0 * HOUR_MS as f64) as i64
+    }
+
+    /// Returns, for a spot pool, the expected cost per hour of the moves its interruptions force: the pool's
+    /// interruption rate per node-hour (observed over the run, with a prior of one per 50 node-hours) times the
+    /// job's workers times the cheapest move from its region to another region's pool of the order (egress and
+    /// nodes paid during the transfer). 0 for other markets, or when every pool is in its region.
+    fn interruption_usd_per_hour(&self, p: usize) -> f64 {
+        let Some(here) = self.cfg.pools[p].region.as_deref().filter(|_| self.cfg.pools[p].market == Market::Spot)
+        else {
+            return 0.0;
+        };
+        let out = self
+            .order
+            .iter()
+            .filter(|&&q| self.cfg.pools[q].market != Market::Fixed)
+            .filter(|&&q| self.cfg.pools[q].region.as_deref().is_some_and(|r| r != here))
+            .map(|&q| {
+                let (usd, ms) = self.cfg.move_cost(Some(here), q, self.gb);
+                usd + crate::access::gpu_price(self.cfg, q) * self.gpus * ms as f64 / HOUR_MS as f64
+            })
+            .fold(f64::INFINITY, f64::min);
+        if !out.is_finite() {
+            return 0.0;
+        }
+        let (k, ms) = self
+            .c
+            .offering_history
+            .range((p, 0)..(p + 1, 0))
+            .fold((0u64, 0i64), |(k, ms), (_, &(a, b))| (k + a, ms.saturating_add(b)));
+        let rate = (k as f64 + 0.2) / (ms as f64 / HOUR_MS as f64 + 10.0);
+        rate * self.workers * out
     }
 }

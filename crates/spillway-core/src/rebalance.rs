@@ -58,7 +58,7 @@ impl Engine {
                         // Its tier has no spot pool: it never moves, and nothing here needs a wake-up for it.
                         continue;
                     }
-                    if !crate::data_move::spot_move_pays(&self.cfg, &self.pool_order[j.tier], j, p, now) {
+                    if !crate::data_move::spot_move_pays(&self.c, &self.cfg, &self.pool_order[j.tier], j, p, now) {
                         // Moving its data costs more than spot saves over its remaining work; with less work
                         // left it saves less still, so only a price change (an event) can turn this.
                         continue;

@@ -319,9 +319,11 @@ impl Planner<'_> {
         let access = shadow.unwrap_or_else(|| Access::of(job, now));
         // A capped team's job buys nothing, so what it found is no guide for another team's job of its shape.
         let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1 | u8::from(e.team_capped(job.team)) << 2;
+        // A job whose data may move tries pools in an order of its own: what its shape found is no guide.
+        let own_order = crate::data_move::may_move(job);
+        // A single worker claims nothing, and one that found no room finds none while GPUs are only taken.
         let remembered = self.no_room.get(job, access, key).filter(|&(.., mask, taken)| {
-            // A single worker claims nothing, and one that found no room finds none while GPUs are only taken.
-            !e.exhaustive && (job.gang.workers == 1 || taken == self.taken_in(mask))
+            !own_order && !e.exhaustive && (job.gang.workers == 1 || taken == self.taken_in(mask))
         });
         if let Some((held_to_spot, why, ..)) = remembered {
             if held_to_spot {
@@ -359,7 +361,7 @@ impl Planner<'_> {
                 }
             }
         }
-        if reason == PendingReason::NoCapacity {
+        if reason == PendingReason::NoCapacity && !own_order {
             let mask = cands.iter().fold(0u64, |m, &p| m | 1u64.checked_shl(p as u32).unwrap_or(u64::MAX));
             let kept = (held_to_spot, first_why, mask, self.taken_in(mask));
             self.no_room.insert(&e.c.jobs[id.0 as usize], access, key, kept);
@@ -391,8 +393,11 @@ impl Planner<'_> {
         let e = self.e;
         let (now, job) = (e.now, &e.c.jobs[id.0 as usize]);
         cands.clear();
-        let moved = crate::data_move::order_for(&e.cfg, &e.pool_order[job.tier], job, now);
-        let order = moved.as_deref().unwrap_or(&e.pool_order[job.tier]);
+        let moved = crate::data_move::order_for(&e.c, &e.cfg, &e.pool_order[job.tier], job, now);
+        if let Some((_, Some(back))) = moved {
+            wake.at(back);
+        }
+        let order = moved.as_ref().map_or(e.pool_order[job.tier].as_slice(), |(o, _)| o.as_slice());
         cands.extend(job_pools(&e.cfg, order, access).filter(|&p| e.cfg.pools[p].market != Market::Fixed));
         let is_spot = |p: &usize| e.cfg.pools[*p].market == Market::Spot;
         let has_spot = job.interruptible && e.cfg.tiers[job.tier].markets.contains(&Market::Spot);

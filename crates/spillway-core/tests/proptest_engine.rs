@@ -133,6 +133,9 @@ struct Rich {
     /// Policy spot_share (percent) and a max_offering_share of 0.5.
     spot_share: Option<u32>,
     offering_share: bool,
+    /// Regions: the cloud pools are in us-east-1, a second spot pool (`spot-b`, 20% cheaper) in us-west-2, and
+    /// every job carries this many GB of data, in us-east-1 or us-west-2 (alternating).
+    regions: Option<u32>,
 }
 
 fn cloud_params() -> impl Strategy<Value = CloudParams> {
@@ -213,12 +216,17 @@ fn rich() -> impl Strategy<Value = Rich> {
             prop::option::weighted(0.4, (50u32..=95, 0u32..=600, 1i32..=2, 5u32..=40, 0u32..=600, -2i32..=-1)),
         ),
         (0u32..=90, 0u32..=900, prop::option::of(1u32..=3), 300u32..=3600),
-        (any::<bool>(), prop::option::weighted(0.3, 20u32..=90), prop::bool::weighted(0.3)),
+        (
+            any::<bool>(),
+            prop::option::weighted(0.3, 20u32..=90),
+            prop::bool::weighted(0.3),
+            prop::option::weighted(0.4, 1u32..=3000),
+        ),
     )
         .prop_map(
             |((deadline_pct, deadline_x100, notices, notice_s), (report, window), (target, steps), p1, pol)| {
                 let (p1_checkpoint_time_s, p1_fallback_s, p1_max_interruptions, p1_interval_s) = p1;
-                let (greedy_deadlines, spot_share, offering_share) = pol;
+                let (greedy_deadlines, spot_share, offering_share, regions) = pol;
                 Rich {
                     deadline_pct,
                     deadline_x100,
@@ -235,6 +243,7 @@ fn rich() -> impl Strategy<Value = Rich> {
                     greedy_deadlines,
                     spot_share,
                     offering_share,
+                    regions,
                 }
             },
         )
@@ -295,6 +304,26 @@ fn config_toml(p: &Params, rich: Option<&Rich>) -> String {
             }
             _ => {}
         }
+        if rich.is_some_and(|r| r.regions.is_some()) {
+            s += "region = \"us-east-1\"\n";
+        }
+    }
+    if let (Some(c), Some(Rich { regions: Some(_), .. })) = (&p.spot, rich) {
+        let types: Vec<String> = c.types.iter().map(|&i| format!("\"{}\"", CATALOGUE[i].0)).collect();
+        let prices: Vec<String> = c
+            .types
+            .iter()
+            .map(|&i| format!("\"{}\" = {:?}", CATALOGUE[i].0, p.prices[i].1 * CATALOGUE[i].1 as f64 * 0.8))
+            .collect();
+        s += &format!(
+            "\n[[pools]]\nname = \"spot-b\"\nmarket = \"spot\"\ninstance_types = [{}]\nmax_nodes = {}\n\
+             boot_latency_s = {}\nidle_timeout_s = {}\nregion = \"us-west-2\"\nspot_usd_per_hour = {{ {} }}\n",
+            types.join(", "),
+            c.max_nodes,
+            c.boot_latency_s,
+            c.idle_timeout_s,
+            prices.join(", ")
+        );
     }
     if let Some(r) = rich {
         if let Some((pool, every, duration, min, max, desired)) = r.window {
@@ -415,8 +444,12 @@ fn workload(cfg: &Config, case: &Case) -> Vec<(Time, Time, JobSpec)> {
             checkpoint_interval_ms: None,
             deadline,
             expected_duration_ms,
-            checkpoint_gb: None,
-            data_region: None,
+            checkpoint_gb: case.rich.as_ref().and_then(|r| r.regions).map(f64::from),
+            data_region: case
+                .rich
+                .as_ref()
+                .and_then(|r| r.regions)
+                .map(|_| ["us-east-1", "us-west-2"][(i % 2) as usize].into()),
         };
         out.push((d.submit_s as Time * 1000, d.duration_s as Time * 1000, spec));
     }

@@ -150,3 +150,45 @@ fn regions_and_zone_prices_are_checked_with_the_key_at_fault() {
     assert_eq!(cfg.move_cost(Some("us-east-1"), EAST, 10.0), (0.0, 0));
     assert_eq!(cfg.pools[WEST].market, Market::Spot);
 }
+
+#[test]
+fn a_job_stopped_where_its_data_is_waits_there_as_long_as_a_move_is_worth_then_moves() {
+    let mut h = Harness::new(REGIONS);
+    // Equal zone prices: the first start stays with the data in us-east-1.
+    h.event(Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 10.0, pool: Some("spot-west".into()) });
+    let mut s = spec("p1", 8, 1);
+    s.expected_duration_ms = Some(10 * 3_600_000);
+    s.checkpoint_gb = Some(200.0);
+    s.data_region = Some("us-east-1".into());
+    let job = h.submit(s);
+    let l = launches(&h.drain());
+    assert_eq!(l.iter().map(|x| x.1).collect::<Vec<_>>(), vec![EAST], "{l:?}");
+    h.at(60.0).event(Event::NodeReady { node: l[0].0 });
+    assert!(started(&h.drain(), job).is_some());
+    // West becomes half the price; then the east node is reclaimed and east has no capacity.
+    h.at(3_600.0);
+    h.event(Event::SpotPrice { instance_type: "a8".into(), usd_per_hour: 5.0, pool: Some("spot-west".into()) });
+    h.notice(l[0].0, 120.0);
+    let mut a = h.drain();
+    a.extend(h.run_until(3_720.0));
+    h.event(Event::NodeLost { node: l[0].0 });
+    a.extend(h.drain());
+    for (node, pool, _) in launches(&a) {
+        assert_eq!(pool, EAST, "it first tries where its data is: {a:?}");
+        h.event(Event::LaunchFailed { node, error: spillway_core::LaunchError::InsufficientCapacity });
+    }
+    let queued_since = h.job(job).queued_since;
+    // The move costs $4 of egress and 160 s of a $5/h node; an hour of waiting is worth the on-demand premium
+    // over spot for 8 GPUs, (3.0 - 0.625) x 8 = $19/h: it waits about 800 s for east before it moves west.
+    let wait_s = (200.0 * 0.02 + 5.0 * 160.0 / 3_600.0) / 19.0 * 3_600.0;
+    let back = (queued_since - h.t0) as f64 / 1000.0 + wait_s;
+    let before = h.run_until(back - 1.0);
+    assert!(launches(&before).iter().all(|l| l.1 != WEST), "it moved before the wait was worth it: {before:?}");
+    let after = h.run_until(back + 1.0);
+    assert!(launches(&after).iter().any(|l| l.1 == WEST), "it never moved west: {after:?}");
+    let woke = h.records.iter().filter(|d| d.kind == DecisionKind::ScaleOut).last().map(|d| d.at);
+    assert!(
+        woke.is_some_and(|t| ((t - h.t0) as f64 / 1000.0 - back).abs() < 1.0),
+        "not woken at the wait's end: {woke:?}"
+    );
+}

@@ -222,7 +222,7 @@ pub fn cost_rate(st: &State) -> CostView {
 fn cost_view(st: &State, l: &spillway_core::ledger::Ledger) -> CostView {
     let cfg = st.engine.config();
     let c = st.engine.cluster();
-    let mut v = CostView { total_usd: l.node_usd, idle_usd: l.idle_usd(), ..CostView::default() };
+    let mut v = CostView { total_usd: l.total_usd(), idle_usd: l.idle_usd(), ..CostView::default() };
     for (i, t) in c.teams.iter().enumerate() {
         v.by_team.insert(t.name.clone(), l.by_team.get(i).copied().unwrap_or(0.0));
     }

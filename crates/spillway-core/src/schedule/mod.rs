@@ -279,7 +279,10 @@ impl<'a> Pass<'a> {
         let in_wait = now < burst_at;
         let end = (in_wait || !self.shadows.is_empty())
             .then(|| now.saturating_add(crate::budget_place::expected_run(c, job)));
+        // A job whose data may move tries pools in an order of its own: what its shape found is no guide.
+        let own_order = crate::data_move::may_move(job);
         let known_full = self.remember
+            && !own_order
             && match end {
                 None => self.no_room.contains(job, access),
                 // A job expected to end later fits on fewer nodes: where an earlier end found no room, it finds
@@ -305,6 +308,7 @@ impl<'a> Pass<'a> {
             }
             let job = &c.jobs[id.0 as usize];
             match end {
+                _ if own_order => {}
                 None => self.no_room.insert(job, access, 0, ()),
                 Some(end) => {
                     self.refused_in_budget |= in_wait;
@@ -367,8 +371,9 @@ impl<'a> Pass<'a> {
         in_wait: bool,
     ) -> Option<Vec<(NodeId, u32)>> {
         let tier_order: &'a [usize] = &self.pool_order[need.tier];
-        let moved = crate::data_move::order_for(self.cfg, tier_order, &c.jobs[id.0 as usize], self.now);
-        let order = moved.as_deref().unwrap_or(tier_order);
+        let moved = crate::data_move::order_for(c, self.cfg, tier_order, &c.jobs[id.0 as usize], self.now);
+        // The instant a pool left out comes back in is the scale-out planner's wake-up (it runs on this job too).
+        let order = moved.as_ref().map_or(tier_order, |(o, _)| o.as_slice());
         match end {
             None => find_placement(c, self.cfg, order, need, &mut self.slots),
             Some(end) => {
