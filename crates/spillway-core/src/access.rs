@@ -37,7 +37,7 @@ impl Access {
     pub(crate) fn ahead_of_uniform(job: &Job, now: Time, slack_ms: Time) -> bool {
         let (Some(deadline), Some(total)) = (job.spec.deadline, job.spec.expected_duration_ms) else { return true };
         let span = (deadline - job.submitted).max(1);
-        let done = job.saved_work_ms + job.attempt_start.map_or(0, |s| (now - s).max(0));
+        let done = job.saved_work_ms + job.attempt_progress_ms(now);
         let line = (total as i128 * (now - job.submitted).max(0) as i128 / span as i128) as Time;
         done >= line + slack_ms
     }

@@ -20,8 +20,18 @@ impl Engine {
         j.transfer_ms = 0;
         let Some(gb) = j.spec.checkpoint_gb.filter(|&g| g > 0.0) else { return };
         let Some(to) = self.cfg.pools[pool].region.clone() else { return };
+        if j.data_at.as_deref() == Some(to.as_str()) {
+            return;
+        }
+        if j.data_copy.as_deref() == Some(to.as_str()) {
+            // The copy there is still current: starting there moves nothing, and the other copy stays current.
+            std::mem::swap(&mut j.data_at, &mut j.data_copy);
+            return;
+        }
         let (usd, ms) = self.cfg.move_cost(j.data_at.as_deref(), pool, gb);
         let from = j.data_at.replace(to.clone());
+        // The source keeps its copy: until the job writes a checkpoint here, a start there is free again.
+        j.data_copy = from.clone();
         if usd <= 0.0 && ms <= 0 {
             return;
         }
@@ -36,6 +46,19 @@ impl Engine {
             "data_moved",
             || format!("{gb} GB moved from {from} to {to}: ${usd:.2} of egress, {} of transfer", fmt_ms(ms)),
         );
+    }
+}
+
+/// Updates where job `job`'s data is as an attempt ends at `now`: a transfer cut short never arrived (the data is
+/// where it came from), and a checkpoint written during the attempt (`saved`) leaves only its region current.
+pub(crate) fn attempt_ended(job: &mut Job, now: Time, saved: bool) {
+    let arrived = job.work_start().is_none_or(|w| w <= now);
+    if !arrived {
+        if let Some(source) = job.data_copy.take() {
+            job.data_at = Some(source);
+        }
+    } else if saved {
+        job.data_copy = None;
     }
 }
 
@@ -107,6 +130,8 @@ struct MovePrice<'a> {
     order: &'a [usize],
     gb: f64,
     from: &'a str,
+    /// A region with a current copy (a start there is free).
+    copy: Option<&'a str>,
     gpus: f64,
     workers: f64,
     hours: f64,
@@ -119,11 +144,15 @@ impl<'a> MovePrice<'a> {
         let from = job.data_at.as_deref()?;
         let hours = job.remaining_work_ms(now).filter(|&r| r > 0).unwrap_or(HOUR_MS) as f64 / HOUR_MS as f64;
         let (gpus, workers) = (f64::from(job.total_gpus().max(1)), f64::from(job.gang.workers.max(1)));
-        Some(MovePrice { c, cfg, order, gb, from, gpus, workers, hours })
+        let copy = job.data_copy.as_deref();
+        Some(MovePrice { c, cfg, order, gb, from, copy, gpus, workers, hours })
     }
 
-    /// (USD, ms) of moving the data into pool `p`.
+    /// (USD, ms) of moving the data into pool `p`: nothing where a current copy is.
     fn moves(&self, p: usize) -> (f64, i64) {
+        if self.copy.is_some() && self.cfg.pools[p].region.as_deref() == self.copy {
+            return (0.0, 0);
+        }
         self.cfg.move_cost(Some(self.from), p, self.gb)
     }
 

@@ -186,7 +186,7 @@ impl Engine {
     /// Returns when a running elastic job may grow: its resize interval after the attempt started, at a
     /// checkpoint; `None` without a checkpoint interval.
     fn grow_at(&self, j: &Job) -> Option<Time> {
-        let (start, iv) = (j.attempt_start?, j.checkpoint_interval_ms.filter(|&iv| iv > 0)?);
+        let (start, iv) = (j.work_start()?, j.checkpoint_interval_ms.filter(|&iv| iv > 0)?);
         let earliest = start.saturating_add(secs(self.cfg.policy.elastic_resize_interval_s));
         // The checkpoints expected: on the job's interval from its last reported one, else from its start.
         let base = j.last_checkpoint.unwrap_or(start);
@@ -215,7 +215,9 @@ impl Engine {
         let to = placement.len() as u32;
         self.c.counters.lost_gpu_ms += lost as i128 * gpus as i128;
         self.c.release(id, now);
-        self.c.jobs[id.0 as usize].saved_work_ms += (progress - lost).max(0);
+        let j = &mut self.c.jobs[id.0 as usize];
+        j.saved_work_ms += (progress - lost).max(0);
+        crate::data_move::attempt_ended(j, now, progress - lost > 0);
         for &(n, g) in &placement {
             self.c.bind(id, n, g);
         }

@@ -46,8 +46,11 @@ pub enum SubmitError {
     #[error("{field}: {value} is out of range ({range})")]
     OutOfRange { field: &'static str, value: i64, range: &'static str },
     /// A checkpoint size that is not a number of GB from 0 to 1,000,000.
-    #[error("checkpoint_gb: {value} is not a size from 0 to 1000000 GB")]
+    #[error("checkpoint_gb: {value:e} is not a size from 0 to 1000000 GB")]
     BadSize { value: f64 },
+    /// A data region that is not a region's name.
+    #[error("data_region: {0}")]
+    BadRegion(String),
 }
 
 impl SubmitError {
@@ -61,6 +64,7 @@ impl SubmitError {
             SubmitError::TooLarge { .. } => "gpus",
             SubmitError::ElasticRange { .. } => "min_workers",
             SubmitError::BadSize { .. } => "checkpoint_gb",
+            SubmitError::BadRegion(_) => "data_region",
             SubmitError::NoSuchModel { .. } => "gpu_type",
             SubmitError::GangTooLarge { field, .. } => field,
             SubmitError::OverQuota { .. } | SubmitError::GangOverflow { .. } => "workers",
@@ -79,7 +83,7 @@ pub enum EventError {
     UnknownPool(usize),
     #[error("pool {pool}: min_nodes {min} > max_nodes {max}, or a fixed pool (its nodes are listed in the config)")]
     BadBounds { pool: String, min: u32, max: u32 },
-    #[error("spot price of {instance_type}: {usd_per_hour} is not a price > 0")]
+    #[error("spot price of {instance_type}: {usd_per_hour:e} is not a price in (0, 1000000] USD per hour")]
     BadPrice { instance_type: String, usd_per_hour: f64 },
     /// A request for a scheduler's node that cannot be taken (the text names what is wrong).
     #[error("node {name}: {why}")]
@@ -132,6 +136,9 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     // A petabyte is past any checkpoint; the bound keeps egress and transfer times finite.
     if let Some(gb) = spec.checkpoint_gb.filter(|g| !(*g >= 0.0 && *g <= 1.0e6)) {
         return Err(SubmitError::BadSize { value: gb });
+    }
+    if let Some(r) = &spec.data_region {
+        crate::config::check_region(r).map_err(SubmitError::BadRegion)?;
     }
     let largest = cfg.largest_node_gpus(tier, spec.gpu_model.as_deref());
     if let (0, Some(model)) = (largest, &spec.gpu_model) {
@@ -348,6 +355,7 @@ impl Engine {
             spot_only_until: None,
             not_grown: None,
             data_at,
+            data_copy: None,
             transfer_ms: 0,
         });
         id
@@ -659,6 +667,7 @@ impl Engine {
         let j = &mut self.c.jobs[id.0 as usize];
         // Work since the last checkpoint is lost; time spent moving data in was no work.
         j.saved_work_ms += (progress - lost_ms).max(0);
+        crate::data_move::attempt_ended(j, now, progress - lost_ms > 0);
         j.state = JobState::Queued;
         j.queued_since = now;
         j.attempt_start = None;

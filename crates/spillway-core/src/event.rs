@@ -135,7 +135,8 @@ pub enum StopReason {
     NodeLost,
     /// Its spot node got an interruption notice; `checkpoint` says whether it can checkpoint within the notice.
     Interrupted { checkpoint: bool },
-    /// Moved off spot to on-demand after a checkpoint, because its deadline no longer leaves room for spot.
+    /// Moved after a checkpoint to another market: off spot to on-demand because its deadline no longer leaves
+    /// room for spot, or back to spot from on-demand.
     Migrated,
     /// The daemon stopped and ended its node's processes; it is requeued and runs again after the restart.
     Shutdown,
@@ -152,7 +153,7 @@ impl std::fmt::Display for StopReason {
             StopReason::NodeLost => write!(f, "its node was lost"),
             StopReason::Interrupted { checkpoint: true } => write!(f, "spot interruption, told to checkpoint"),
             StopReason::Interrupted { checkpoint: false } => write!(f, "spot interruption, no time to checkpoint"),
-            StopReason::Migrated => write!(f, "moved to on-demand for its deadline"),
+            StopReason::Migrated => write!(f, "moved to another market (on-demand for its deadline, or back to spot)"),
             StopReason::Shutdown => write!(f, "the daemon stopped"),
             StopReason::Resized { from, to } => write!(f, "resized from {from} to {to} workers"),
         }

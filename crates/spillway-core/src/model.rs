@@ -157,6 +157,9 @@ pub struct Job {
     pub exit: Option<Exit>,
     /// The region its data and latest checkpoint are in: the spec's `data_region`, then where it last started.
     pub data_at: Option<String>,
+    /// A region that still holds a copy identical to `data_at`'s: where the last move came from, until the job
+    /// writes a checkpoint after it (a start there moves nothing).
+    pub data_copy: Option<String>,
     /// Time at the start of the current attempt spent moving its data in from another region (no progress).
     pub transfer_ms: Millis,
 }
@@ -208,14 +211,22 @@ impl Job {
 
     /// Returns the work its current attempt has done by `now`: its time running less the move of its data.
     pub fn attempt_progress_ms(&self, now: Time) -> Millis {
-        self.attempt_start.map_or(0, |s| (now - s - self.transfer_ms).max(0))
+        self.work_start().map_or(0, |s| (now - s).max(0))
+    }
+
+    /// Returns when its current attempt's work starts: once its data is in (its checkpoints count from there).
+    pub fn work_start(&self) -> Option<Time> {
+        self.attempt_start.map(|s| s.saturating_add(self.transfer_ms))
     }
 
     /// Returns the work the current attempt would lose if stopped at `now`: time since its last checkpoint
     /// (reported, or estimated from the checkpoint interval), or the whole attempt when it never checkpoints.
     pub fn unsaved_work_ms(&self, now: Time) -> Millis {
-        let Some(start) = self.attempt_start else { return 0 };
-        let elapsed = (now - start).max(0);
+        if self.attempt_start.is_none() {
+            return 0;
+        }
+        // Time spent moving its data in was no work, so none of it is lost.
+        let elapsed = self.attempt_progress_ms(now);
         let since_interval = match self.checkpoint_interval_ms {
             Some(iv) if iv > 0 => elapsed % iv,
             _ => elapsed,

@@ -20,7 +20,7 @@ impl Engine {
         pool: Option<&str>,
         usd_per_hour: f64,
     ) -> Result<(), EventError> {
-        if !(usd_per_hour > 0.0 && usd_per_hour.is_finite()) {
+        if !(usd_per_hour > 0.0 && usd_per_hour <= 1.0e6) {
             return Err(EventError::BadPrice { instance_type: instance_type.to_string(), usd_per_hour });
         }
         let Some(it) = self.cfg.instance_type_index(instance_type) else { return Ok(()) };

@@ -48,7 +48,7 @@ impl Engine {
                     {
                         continue;
                     }
-                    let (Some(start), Some(iv)) = (j.attempt_start, j.checkpoint_interval_ms) else { continue };
+                    let (Some(start), Some(iv)) = (j.work_start(), j.checkpoint_interval_ms) else { continue };
                     let remaining = j.remaining_work_ms(now);
                     if remaining.is_some_and(|r| r < MIN_REMAINING_MS) {
                         // Only falls further: it never moves again in this attempt.

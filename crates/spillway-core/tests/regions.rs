@@ -130,19 +130,30 @@ fn regions_and_zone_prices_are_checked_with_the_key_at_fault() {
         spillway_core::Config::parse("r.toml", &text).unwrap_err().to_string()
     };
     let e = bad("region = \"us-west-2\"", "region = \" \"");
-    assert!(e.contains("pools[2].region") && e.contains("blank"), "{e}");
+    assert!(e.contains("pools[2].region") && e.contains("not a region name"), "{e}");
+    let e = bad("region = \"us-west-2\"", "region = \"US-WEST-2\"");
+    assert!(e.contains("pools[2].region"), "{e}");
+    let e = bad("name = \"od-east\"", "name = \"od-east\"\nspot_usd_per_hour = { a8 = 1.0 }");
+    assert!(e.contains("pools[0].spot_usd_per_hour"), "{e}");
     let e = bad("spot_usd_per_hour = { a8 = 9.0 }", "spot_usd_per_hour = { b8 = 9.0 }");
     assert!(e.contains("spot_usd_per_hour") && e.contains("`b8`"), "{e}");
     let e = bad("spot_usd_per_hour = { a8 = 9.0 }", "spot_usd_per_hour = { a8 = -1.0 }");
-    assert!(e.contains("spot_usd_per_hour") && e.contains("price > 0"), "{e}");
+    assert!(e.contains("spot_usd_per_hour") && e.contains("price in"), "{e}");
     let e = bad(
         "region = \"us-east-1\"\n\n[[pools]]\nname = \"spot-east\"",
         "spot_usd_per_hour = { a8 = 1.0 }\n\n[[pools]]\nname = \"spot-east\"",
     );
     assert!(e.contains("pools[0].spot_usd_per_hour") && e.contains("spot pools"), "{e}");
     let net = |t: &str| spillway_core::Config::parse("r.toml", &format!("{REGIONS}\n[network]\n{t}\n"));
-    let e = net("transfer_gbps = 0").unwrap_err().to_string();
-    assert!(e.contains("network.transfer_gbps"), "{e}");
+    for bad in ["0", "1e-9", "1e300"] {
+        let e = net(&format!("transfer_gbps = {bad}")).unwrap_err().to_string();
+        assert!(e.contains("network.transfer_gbps"), "{e}");
+    }
+    let pair = |from: &str, to: &str| format!("[[network.egress]]\nfrom = \"{from}\"\nto = \"{to}\"\nusd_per_gb = 1\n");
+    let e = net(&pair("us-east-1", "us-east-1")).unwrap_err().to_string();
+    assert!(e.contains("network.egress[0].to"), "{e}");
+    let e = net(&(pair("a-1", "b-1") + &pair("a-1", "b-1"))).unwrap_err().to_string();
+    assert!(e.contains("network.egress[1].to") && e.contains("twice"), "{e}");
     let e = net("[[network.egress]]\nfrom = \"a\"\nto = \"b\"\nusd_per_gb = -1").unwrap_err().to_string();
     assert!(e.contains("usd_per_gb"), "{e}");
     let cfg = net("[[network.egress]]\nfrom = \"us-east-1\"\nto = \"us-west-2\"\nusd_per_gb = 0.5").unwrap();
@@ -191,4 +202,32 @@ fn a_job_stopped_where_its_data_is_waits_there_as_long_as_a_move_is_worth_then_m
         woke.is_some_and(|t| ((t - h.t0) as f64 / 1000.0 - back).abs() < 1.0),
         "not woken at the wait's end: {woke:?}"
     );
+}
+
+#[test]
+fn a_transfer_cut_short_leaves_the_data_where_it_was_and_an_unchanged_copy_moves_back_free() {
+    for (lost_at, data_at, copy) in [
+        // Node lost during the 1,600 s transfer: the data never arrived.
+        (600.0, "us-east-1", None),
+        // Lost after the transfer but before its first checkpoint (1,800 s of work): both copies are current.
+        (2_000.0, "us-west-2", Some("us-east-1")),
+        // Lost after a checkpoint written in the west: only the west copy is current.
+        (4_000.0, "us-west-2", None),
+    ] {
+        let mut h = Harness::new(REGIONS);
+        let (job, pool) = submit_moving(&mut h, 100.0, 2_000.0);
+        assert_eq!(pool, WEST);
+        let node = h.e.cluster().nodes.iter().find(|n| n.pool == WEST).map(|n| n.id).expect("a west node");
+        h.at(60.0).event(Event::NodeReady { node });
+        assert!(started(&h.drain(), job).is_some());
+        h.at(lost_at).event(Event::NodeLost { node });
+        h.drain();
+        let j = h.job(job);
+        assert_eq!((j.data_at.as_deref(), j.data_copy.as_deref()), (Some(data_at), copy), "lost at {lost_at} s");
+        // The transfer was paid once, and a transfer cut short lost no work.
+        assert!((h.e.cluster().ledger.egress_usd - 40.0).abs() < 1e-9);
+        let lost_h = h.e.cluster().counters.lost_gpu_ms as f64 / 3_600_000.0 / 8.0;
+        let want = if lost_at < 1_660.0 { 0.0 } else { (lost_at - 1_660.0) % 1_800.0 / 3_600.0 };
+        assert!((lost_h - want).abs() < 1e-6, "lost at {lost_at} s: {lost_h} h of work, want {want}");
+    }
 }

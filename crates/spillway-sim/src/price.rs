@@ -57,9 +57,12 @@ impl PriceTrace {
     }
 }
 
-/// Checks one price: a finite number > 0.
+/// The dearest price per node-hour a trace may say.
+const MAX_USD_PER_HOUR: f64 = 1.0e6;
+
+/// Checks one price: a number in (0, [`MAX_USD_PER_HOUR`]].
 fn price_of(x: &serde_json::Value) -> Option<f64> {
-    x.as_f64().filter(|p| *p > 0.0 && p.is_finite())
+    x.as_f64().filter(|p| *p > 0.0 && *p <= MAX_USD_PER_HOUR)
 }
 
 /// Reads the `prices` array of spot-traces JSON text, one per tick of `metadata.gap_seconds`; `None` when the
@@ -74,16 +77,21 @@ pub fn parse_json(file: &str, text: &str) -> Result<Option<PriceTrace>, SpotTrac
         return Err(field("prices", "is empty".into()));
     }
     let gap = v.get("metadata").and_then(|m| m.get("gap_seconds")).and_then(|g| g.as_f64());
-    let gap = gap.filter(|g| g.is_finite() && *g >= 0.001).ok_or_else(|| {
-        field("metadata.gap_seconds", "missing, or not a number of seconds >= 0.001 (prices need a tick)".into())
+    // A price that changes more than once a second is a unit mistake (and a record per change).
+    let gap = gap.filter(|g| g.is_finite() && *g >= 1.0).ok_or_else(|| {
+        field("metadata.gap_seconds", "missing, or not a number of seconds >= 1 (prices need a tick)".into())
     })?;
+    if let Some(n) = v.get("data").and_then(|d| d.as_array()).map(Vec::len).filter(|&n| n != prices.len()) {
+        return Err(field("prices", format!("has {} ticks and `data` {n}: one price per tick", prices.len())));
+    }
     if gap * prices.len() as f64 > 100.0 * 365.0 * 86_400.0 {
         return Err(field("metadata.gap_seconds", format!("{gap} s x {} ticks is over a century", prices.len())));
     }
     let gap_ms = (gap * 1000.0).round() as Millis;
     let mut steps: Vec<(Millis, f64)> = Vec::new();
     for (i, x) in prices.iter().enumerate() {
-        let p = price_of(x).ok_or_else(|| field(&format!("prices[{i}]"), format!("`{x}` is not a price > 0")))?;
+        let p = price_of(x)
+            .ok_or_else(|| field(&format!("prices[{i}]"), format!("`{x}` is not a price in (0, 1000000] USD/h")))?;
         if steps.last().is_none_or(|s| s.1 != p) {
             steps.push((i as Millis * gap_ms, p));
         }
@@ -91,8 +99,9 @@ pub fn parse_json(file: &str, text: &str) -> Result<Option<PriceTrace>, SpotTrac
     Ok(Some(PriceTrace { steps, period_ms: prices.len() as Millis * gap_ms }))
 }
 
-/// Parses a CSV of `seconds,usd_per_hour` rows (an optional header; seconds from the trace start, rising). The
-/// last price holds for as long as the gap before it, then the trace repeats.
+/// Parses a CSV of `seconds,usd_per_hour` rows (an optional `seconds,usd_per_hour` header; seconds from the trace
+/// start, rising by at least a second). The last price holds for as long as the gap before it, then the trace
+/// repeats.
 pub fn parse_csv(file: &str, text: &str) -> Result<PriceTrace, SpotTraceError> {
     let mut steps: Vec<(Millis, f64)> = Vec::new();
     let mut last_gap = 1000;
@@ -100,7 +109,14 @@ pub fn parse_csv(file: &str, text: &str) -> Result<PriceTrace, SpotTraceError> {
         let line_no = i + 1;
         let err = |message: String| SpotTraceError::Line { file: file.into(), line: line_no, message };
         let line = line.trim();
-        if line.is_empty() || (i == 0 && line.chars().next().is_some_and(|c| c.is_ascii_alphabetic())) {
+        if line.is_empty() {
+            continue;
+        }
+        if i == 0 && line.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) {
+            let cols: Vec<&str> = line.split(',').map(str::trim).collect();
+            if cols != ["seconds", "usd_per_hour"] {
+                return Err(err(format!("header `{line}`: expected `seconds,usd_per_hour`")));
+            }
             continue;
         }
         let (t, p) = line.split_once(',').ok_or_else(|| err("expected `seconds,usd_per_hour`".into()))?;
@@ -109,13 +125,13 @@ pub fn parse_csv(file: &str, text: &str) -> Result<PriceTrace, SpotTraceError> {
         if !(t.is_finite() && (0.0..=100.0 * 365.0 * 86_400.0).contains(&t)) {
             return Err(err(format!("{t} s is outside 0 to a century")));
         }
-        if !(p > 0.0 && p.is_finite()) {
-            return Err(err(format!("{p} is not a price > 0")));
+        if !(p > 0.0 && p <= MAX_USD_PER_HOUR) {
+            return Err(err(format!("{p:e} is not a price in (0, 1000000] USD/h")));
         }
         let t = (t * 1000.0).round() as Millis;
         if let Some(&(prev, _)) = steps.last() {
-            if t <= prev {
-                return Err(err(format!("time {} s does not rise after {} s", t / 1000, prev / 1000)));
+            if t < prev + 1000 {
+                return Err(err(format!("time {} s is not a second or more after {} s", t / 1000, prev / 1000)));
             }
             last_gap = t - prev;
         }
@@ -132,14 +148,13 @@ pub fn parse_csv(file: &str, text: &str) -> Result<PriceTrace, SpotTraceError> {
 /// Resolves `POOL:INSTANCE_TYPE=FILE` against `cfg` (a spot pool that allows the type) and reads the file (CSV
 /// when it ends in `.csv`, else JSON with a `prices` array).
 pub fn resolve(cfg: &Config, arg: &str) -> Result<OfferingPrice, SpotTraceError> {
-    let bad = |message: String| SpotTraceError::Offering { arg: arg.into(), message };
+    let bad = |message: String| SpotTraceError::PriceOffering { arg: arg.into(), message };
     let (offering, file) = arg.split_once('=').ok_or_else(|| bad("expected POOL:INSTANCE_TYPE=FILE".into()))?;
     let (pool, it) =
         offering.split_once(':').ok_or_else(|| bad(format!("offering `{offering}` is not POOL:INSTANCE_TYPE")))?;
     crate::spot::check_offering(cfg, pool, it).map_err(bad)?;
     let path = Path::new(file);
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| SpotTraceError::Io { file: path.display().to_string(), message: e.to_string() })?;
+    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("reading {}: {e}", path.display())))?;
     let trace = if file.ends_with(".csv") {
         parse_csv(file, &text)?
     } else {
@@ -168,6 +183,10 @@ mod tests {
         assert!(parse_json("n.json", r#"{"metadata": {"gap_seconds": 60}, "data": [1]}"#).unwrap().is_none());
         let bad = parse_json("b.json", r#"{"metadata": {"gap_seconds": 60}, "prices": [1, -2]}"#).unwrap_err();
         assert!(bad.to_string().contains("prices[1]"), "{bad}");
+        let short = r#"{"metadata": {"gap_seconds": 60}, "data": [0, 0], "prices": [1]}"#;
+        assert!(parse_json("s.json", short).unwrap_err().to_string().contains("one price per tick"));
+        let fast = r#"{"metadata": {"gap_seconds": 0.001}, "prices": [1, 2]}"#;
+        assert!(parse_json("f.json", fast).unwrap_err().to_string().contains("gap_seconds"));
     }
 
     #[test]
@@ -175,7 +194,10 @@ mod tests {
         let t = parse_csv("p.csv", "seconds,usd_per_hour\n0,4.5\n3600,3.0\n").unwrap();
         assert_eq!((t.steps.clone(), t.period_ms), (vec![(0, 4.5), (3_600_000, 3.0)], 7_200_000));
         let e = parse_csv("p.csv", "0,1\n0,2\n").unwrap_err().to_string();
-        assert!(e.contains("p.csv:2") && e.contains("does not rise"), "{e}");
+        assert!(e.contains("p.csv:2") && e.contains("not a second or more after"), "{e}");
+        let e = parse_csv("p.csv", "usd_per_hour,seconds\n1,0\n").unwrap_err().to_string();
+        assert!(e.contains("p.csv:1") && e.contains("header"), "{e}");
+        assert!(parse_csv("p.csv", "0,1e300\n").is_err());
         assert!(parse_csv("p.csv", "0,nan\n").unwrap_err().to_string().contains("p.csv:1"));
         assert!(parse_csv("p.csv", "").is_err());
     }

@@ -436,6 +436,13 @@ pub fn summary_table(report: &Report) -> String {
             r.lost_gpu_hours
         );
     }
+    // Egress is in each run's cost but in no market's column.
+    for r in report.runs.iter().filter(|r| r.data_moves > 0) {
+        s += &format!(
+            "{}: {} data moves between regions, {:.0} USD of egress (in cost USD, not in the market columns)\n",
+            r.policy, r.data_moves, r.egress_usd
+        );
+    }
     if let Some(p) = &report.predictive {
         s += &format!(
             "predictive: p1 wait in the daily peak hours mean {} / p95 {} against {} / {} with queue-driven scaling alone (spillway-reactive); adds {:.0} USD ({:+.1}%)\n",

@@ -137,6 +137,8 @@ struct Truth {
     /// The current attempt's share of full speed (see `SimJob::speed`), and the time it spends restarting first.
     speed: f64,
     restart_ms: Millis,
+    /// The part of `restart_ms` spent moving its data in: its checkpoints count from its end.
+    transfer_ms: Millis,
     serial_fraction: f64,
     fewest: u32,
     most_workers: u32,
@@ -164,7 +166,10 @@ impl Truth {
     fn saved_wall(&self, elapsed: Millis, reason: StopReason) -> Millis {
         match (reason, self.checkpoint_ms) {
             (StopReason::Interrupted { checkpoint: true } | StopReason::Migrated, _) => elapsed,
-            (_, Some(iv)) if iv > 0 => (elapsed / iv) * iv,
+            // Checkpoints come every interval once its data is in.
+            (_, Some(iv)) if iv > 0 && elapsed > self.transfer_ms => {
+                self.transfer_ms + ((elapsed - self.transfer_ms) / iv) * iv
+            }
             _ => 0,
         }
     }
@@ -476,6 +481,7 @@ impl<'a> Sim<'a> {
             gpus: 0,
             speed: 1.0,
             restart_ms: 0,
+            transfer_ms: 0,
             serial_fraction: j.serial_fraction,
             fewest: j.spec.fewest_workers(),
             most_workers: j.spec.workers,
@@ -604,11 +610,12 @@ impl<'a> Sim<'a> {
                 t.speed = crate::input::speed(t.serial_fraction, placement.len() as u32, t.most_workers);
                 t.restart_ms = if t.elastic && t.started { self.opts.elastic_restart_ms.max(0) } else { 0 };
                 // Moving its data in from another region makes no progress either.
-                t.restart_ms += self.engine.job(job).map_or(0, |j| j.transfer_ms);
+                t.transfer_ms = self.engine.job(job).map_or(0, |j| j.transfer_ms);
+                t.restart_ms = t.restart_ms.saturating_add(t.transfer_ms);
                 t.started = true;
                 t.gpus = placement.iter().map(|&(_, g)| i64::from(g)).sum();
                 let run = (t.remaining_ms as f64 / t.speed).ceil() as Millis;
-                let end = now + t.restart_ms + run.max(1);
+                let end = now.saturating_add(t.restart_ms).saturating_add(run.max(1));
                 self.queued_gpus -= t.need_gpus;
                 self.running_gpus += t.gpus;
                 let width = placement.len() as u32;
@@ -636,7 +643,8 @@ impl<'a> Sim<'a> {
                 let saved = t.saved_wall(elapsed, reason);
                 let progress = ((saved - t.restart_ms).max(0) as f64 * t.speed).floor() as Millis;
                 t.remaining_ms = (t.remaining_ms - progress).max(1);
-                self.lost_gpu_ms += (elapsed - saved) as i128 * t.gpus as i128;
+                // A transfer cut short was no work lost.
+                self.lost_gpu_ms += (elapsed - saved.max(t.transfer_ms)).max(0) as i128 * t.gpus as i128;
                 self.running_gpus -= t.gpus;
                 t.count(&mut self.elastic, now, -1);
                 if let Some(tally) = self.elastic.as_mut().filter(|_| matches!(reason, StopReason::Resized { .. })) {

@@ -33,6 +33,8 @@ pub enum SpotTraceError {
     Line { file: String, line: usize, message: String },
     #[error("--spot-trace {arg}: {message}")]
     Offering { arg: String, message: String },
+    #[error("--spot-price {arg}: {message}")]
+    PriceOffering { arg: String, message: String },
 }
 
 impl SpotTrace {

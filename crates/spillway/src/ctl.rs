@@ -266,6 +266,12 @@ pub struct SubmitArgs {
     /// How long the job runs without interruption, seconds (for deadline-aware placement).
     #[arg(long, value_parser = positive_secs)]
     expected_duration_s: Option<f64>,
+    /// Size of its checkpoint and data in GB: a start in a pool of another region moves them (egress, transfer).
+    #[arg(long)]
+    checkpoint_gb: Option<f64>,
+    /// The region its data is in before its first start (`us-east-1`).
+    #[arg(long)]
+    data_region: Option<String>,
     /// Wait until the job ends and exit with its status: 0 when it succeeded, its exit code when it failed (128 +
     /// the signal when one killed it), 1 when it was cancelled.
     #[arg(long)]
@@ -306,6 +312,8 @@ pub struct JobFile {
     checkpoint_interval_s: Option<f64>,
     deadline_s: Option<f64>,
     expected_duration_s: Option<f64>,
+    checkpoint_gb: Option<f64>,
+    data_region: Option<String>,
 }
 
 /// Returns the job file parsed from `text`; errors name `path`, the line and the field at fault. A NaN or
@@ -368,8 +376,8 @@ pub fn build_submit(args: &SubmitArgs, file: JobFile) -> Result<JobSubmit> {
         checkpoint_interval_s: args.checkpoint_interval_s.or(file.checkpoint_interval_s),
         deadline_s: args.deadline_s.or(file.deadline_s),
         expected_duration_s: args.expected_duration_s.or(file.expected_duration_s),
-        checkpoint_gb: None,
-        data_region: None,
+        checkpoint_gb: args.checkpoint_gb.or(file.checkpoint_gb),
+        data_region: args.data_region.clone().or(file.data_region),
     })
 }
 

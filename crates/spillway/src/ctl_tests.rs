@@ -272,3 +272,12 @@ fn cost_windows_take_times_epochs_and_ages() {
         assert!(e.contains(&format!("`{bad}`")), "{bad}: {e}");
     }
 }
+
+#[test]
+fn a_job_file_carries_its_data_size_and_region() {
+    let text = "tier = \"p1\"\nargv = [\"true\"]\ncheckpoint_gb = 50.0\ndata_region = \"us-east-1\"\n";
+    let f = parse_job_file(Path::new("job.toml"), text).unwrap_or_default();
+    let args = SubmitArgs { data_region: Some("us-west-2".into()), ..Default::default() };
+    let s = build_submit(&args, f).ok().unwrap_or_default();
+    assert_eq!((s.checkpoint_gb, s.data_region.as_deref()), (Some(50.0), Some("us-west-2")), "the flag wins");
+}

@@ -48,7 +48,8 @@ pub struct Args {
     spot_trace: Vec<String>,
     /// Drive a spot offering's price from a trace: POOL:INSTANCE_TYPE=FILE (JSON with `metadata.gap_seconds` and a
     /// `prices` array, or a `.csv` of `seconds,usd_per_hour` rows). Every live node of the offering is billed at
-    /// the price of the moment. Repeatable; it wins over prices inside a `--spot-trace` file.
+    /// the price of the moment; a trace shorter than the run repeats. Repeatable, once per offering; it wins over
+    /// prices inside a `--spot-trace` file.
     #[arg(long = "spot-price")]
     spot_price: Vec<String>,
     /// Which value of a 0/1 spot trace means a node can be had, for files whose `metadata.polarity` and
@@ -351,8 +352,14 @@ fn spot_prices(
     args: &Args,
     traces: &[spillway_sim::spot::OfferingTrace],
 ) -> anyhow::Result<Vec<spillway_sim::price::OfferingPrice>> {
-    let mut out =
-        args.spot_price.iter().map(|a| spillway_sim::price::resolve(cfg, a)).collect::<Result<Vec<_>, _>>()?;
+    let mut out: Vec<spillway_sim::price::OfferingPrice> = Vec::new();
+    for arg in &args.spot_price {
+        let p = spillway_sim::price::resolve(cfg, arg)?;
+        if out.iter().any(|q| q.pool == p.pool && q.instance_type == p.instance_type) {
+            anyhow::bail!("--spot-price {arg}: {}:{} already has a price trace", p.pool, p.instance_type);
+        }
+        out.push(p);
+    }
     for (arg, t) in args.spot_trace.iter().zip(traces) {
         let file = arg.split_once('=').map_or("", |(_, f)| f);
         if file.ends_with(".csv") || out.iter().any(|p| p.pool == t.pool && p.instance_type == t.instance_type) {

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 pub use budget::{Alerts, Budget, Period};
 pub use finite::{NonFinite, first_non_finite};
-pub use network::{EgressPrice, EgressTable, Network};
+pub use network::{EgressPrice, EgressTable, MAX_TRANSFER_MS, Network, check_region};
 pub use prometheus::Prometheus;
 pub use secs::parse as parse_duration;
 pub use validate::ConfigError;

@@ -12,6 +12,11 @@ use std::collections::BTreeMap;
 /// AWS inter-region data transfer prices, `from_region,to_region,price_usd_per_gb` (public price list, 2025).
 const AWS_EGRESS_CSV: &str = include_str!("../../data/aws_egress_usd_per_gb.csv");
 
+/// The longest a move's transfer is taken to last (30 days).
+pub const MAX_TRANSFER_MS: i64 = 30 * 86_400_000;
+/// Most USD per GB of egress a price may say (the dearest public inter-region price is about $0.15).
+const MAX_USD_PER_GB: f64 = 1000.0;
+
 /// The `[network]` table.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -97,33 +102,53 @@ impl EgressTable {
         }
         let usd_per_gb = self.prices.get(&(from.to_string(), to.to_string())).copied();
         let usd = gb * usd_per_gb.unwrap_or(self.default_usd_per_gb);
-        (usd, (gb * self.ms_per_gb).ceil() as i64 + self.overhead_ms)
+        // Shipping the data would beat a transfer of over a month; the cap keeps times far inside the clock.
+        let ms = (gb * self.ms_per_gb).ceil().min(MAX_TRANSFER_MS as f64) as i64;
+        (usd, ms.saturating_add(self.overhead_ms))
     }
 }
 
 /// Checks `[network]`: prices finite and >= 0, a bandwidth > 0, entries naming two regions.
 pub(super) fn check(cx: &Ctx, net: &Network) -> Result<(), ConfigError> {
     let e = |key: &str, msg: String| cx.err("network", None, key, msg);
-    if !(net.egress_usd_per_gb >= 0.0 && net.egress_usd_per_gb.is_finite()) {
-        return Err(e("egress_usd_per_gb", format!("must be a finite price >= 0, got {}", net.egress_usd_per_gb)));
+    let price = |v: f64| format!("must be a price from 0 to {MAX_USD_PER_GB} USD per GB, got {v:e}");
+    if !(0.0..=MAX_USD_PER_GB).contains(&net.egress_usd_per_gb) {
+        return Err(e("egress_usd_per_gb", price(net.egress_usd_per_gb)));
     }
-    if !(net.transfer_gbps > 0.0 && net.transfer_gbps <= 1.0e6) {
-        return Err(e(
-            "transfer_gbps",
-            format!("must be a bandwidth in (0, 1000000] Gbit/s, got {}", net.transfer_gbps),
-        ));
+    // Under 10 Mbit/s a checkpoint of any size takes days: a unit mistake (the key is in gigabits).
+    if !(0.01..=1.0e6).contains(&net.transfer_gbps) {
+        let why = format!("must be a bandwidth from 0.01 to 1000000 Gbit/s, got {:e}", net.transfer_gbps);
+        return Err(e("transfer_gbps", why));
     }
     if !(net.move_overhead_s >= 0.0 && net.move_overhead_s <= 7.0 * 86_400.0) {
         return Err(e("move_overhead_s", "must be from 0 to 7 days".into()));
     }
+    let mut seen = std::collections::BTreeSet::new();
     for (i, p) in net.egress.iter().enumerate() {
         let e = |key: &str, msg: String| cx.err("network.egress", Some(i), key, msg);
-        if p.from.trim().is_empty() || p.to.trim().is_empty() {
-            return Err(e("from", "names two regions: `from` and `to`".into()));
+        for (key, region) in [("from", &p.from), ("to", &p.to)] {
+            check_region(region).map_err(|m| e(key, m))?;
         }
-        if !(p.usd_per_gb >= 0.0 && p.usd_per_gb.is_finite()) {
-            return Err(e("usd_per_gb", format!("must be a finite price >= 0, got {}", p.usd_per_gb)));
+        if p.from == p.to {
+            return Err(e("to", format!("is `from` again: a move within {} is free", p.to)));
         }
+        if !seen.insert((&p.from, &p.to)) {
+            return Err(e("to", format!("{} to {} is priced twice", p.from, p.to)));
+        }
+        if !(0.0..=MAX_USD_PER_GB).contains(&p.usd_per_gb) {
+            return Err(e("usd_per_gb", price(p.usd_per_gb)));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a region's name as clouds write them: lowercase letters, digits and `-` (`us-east-1`, `eastus`), so a
+/// job's `US-EAST-1` is refused rather than billed as a move. Returns what is wrong.
+pub fn check_region(name: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    if name.is_empty() || name.len() > 64 || !name.chars().all(ok) {
+        let shown: String = name.chars().take(64).collect();
+        return Err(format!("`{shown}` is not a region name (1-64 of a-z, 0-9 and -, as `us-east-1`)"));
     }
     Ok(())
 }

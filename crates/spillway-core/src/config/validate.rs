@@ -314,10 +314,11 @@ fn check_external_pool(cx: &Ctx, i: usize, p: &Pool) -> Result<(), ConfigError> 
 /// Checks a pool's region, zone and own spot prices: names not blank, prices for its own types, spot only.
 fn check_pool_place(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigError> {
     let e = |key: &str, msg: String| cx.err("pools", Some(i), key, msg);
-    for (key, v) in [("region", &p.region), ("zone", &p.zone)] {
-        if v.as_ref().is_some_and(|s| s.trim().is_empty()) {
-            return Err(e(key, "is blank: name it or leave it out".into()));
-        }
+    if let Some(r) = &p.region {
+        super::network::check_region(r).map_err(|m| e("region", m))?;
+    }
+    if p.zone.as_ref().is_some_and(|s| s.trim().is_empty() || s.len() > 64 || s.chars().any(char::is_control)) {
+        return Err(e("zone", "must name a zone: 1-64 characters, not blank".into()));
     }
     if !p.spot_usd_per_hour.is_empty() && p.market != Market::Spot {
         return Err(e("spot_usd_per_hour", "is for spot pools".into()));
@@ -326,8 +327,8 @@ fn check_pool_place(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigErr
         if !p.instance_types.contains(name) {
             return Err(e("spot_usd_per_hour", format!("names `{name}`, which the pool does not allow")));
         }
-        if !(price > 0.0 && price.is_finite()) {
-            return Err(e("spot_usd_per_hour", format!("`{name}` costs {price}: must be a finite price > 0")));
+        if !(price > 0.0 && price <= 1.0e6) {
+            return Err(e("spot_usd_per_hour", format!("`{name}` costs {price:e}: must be a price in (0, 1000000]")));
         }
     }
     Ok(())
@@ -341,6 +342,7 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
             return Err(e(i, "name", format!("pool `{}` is defined twice", p.name)));
         }
         check_pool_numbers(cx, i, p)?;
+        check_pool_place(cx, i, p)?;
         if p.market == Market::Fixed {
             if p.nodes.is_empty() {
                 return Err(e(i, "nodes", format!("fixed pool `{}` lists no nodes", p.name)));
@@ -372,7 +374,6 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
                 ));
             }
         }
-        check_pool_place(cx, i, p)?;
         for name in p.capacity.keys() {
             if !p.instance_types.contains(name) {
                 return Err(e(i, "capacity", format!("capacity names `{name}`, which the pool does not allow")));

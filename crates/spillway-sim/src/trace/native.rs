@@ -79,6 +79,10 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
         let checkpoint_interval_s = row.positive("checkpoint_interval_s")?;
         let deadline_s = row.float("deadline_s")?;
         let checkpoint_gb = row.float("checkpoint_gb")?;
+        let data_region = row.cell("data_region").map(str::to_string);
+        if let Some(Err(m)) = data_region.as_deref().map(spillway_core::config::check_region) {
+            return Err(row.error("data_region", m));
+        }
         if checkpoint_gb.is_some_and(|g| !(0.0..=1.0e6).contains(&g)) {
             return Err(row.bad("checkpoint_gb", "is not a size from 0 to 1000000 GB"));
         }
@@ -101,7 +105,7 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
             serial_fraction,
             line: row.line,
             checkpoint_gb,
-            data_region: row.cell("data_region").map(str::to_string),
+            data_region,
         });
         Ok(())
     })?;
