@@ -197,7 +197,7 @@ fn a_job_stopped_where_its_data_is_waits_there_as_long_as_a_move_is_worth_then_m
     assert!(launches(&before).iter().all(|l| l.1 != WEST), "it moved before the wait was worth it: {before:?}");
     let after = h.run_until(back + 1.0);
     assert!(launches(&after).iter().any(|l| l.1 == WEST), "it never moved west: {after:?}");
-    let woke = h.records.iter().filter(|d| d.kind == DecisionKind::ScaleOut).last().map(|d| d.at);
+    let woke = h.records.iter().rfind(|d| d.kind == DecisionKind::ScaleOut).map(|d| d.at);
     assert!(
         woke.is_some_and(|t| ((t - h.t0) as f64 / 1000.0 - back).abs() < 1.0),
         "not woken at the wait's end: {woke:?}"

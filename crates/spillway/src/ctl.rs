@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub enum CtlCommand {
     /// Submit a job (a TOML job file with the fields of the API's JobSubmit, flags override it); prints
     /// `submitted job ID (tier, team)`, or the job as JSON with -o json.
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// List, show, cancel jobs and read their logs.
     Jobs {
         #[command(flatten)]
