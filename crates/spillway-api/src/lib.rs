@@ -323,6 +323,12 @@ pub struct JobView {
     /// What its GPUs have cost so far: each attempt's share of its nodes' price (its GPUs over theirs).
     #[serde(default)]
     pub cost_usd: f64,
+    /// Size of its checkpoint and data in GB, when it declared one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_gb: Option<f64>,
+    /// The region its data is in now (its `data_region`, then where it last started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_region: Option<String>,
 }
 
 /// One attempt of a job: where and when it ran, and how it ended.

@@ -158,6 +158,8 @@ pub fn job(st: &State, j: &Job, now: Time) -> JobView {
         // Summed from +0.0 (an empty f64 sum is -0.0, shown as `-0.00`).
         cost_usd: attempts.iter().fold(0.0, |acc, a| acc + a.cost_usd),
         attempts,
+        checkpoint_gb: j.spec.checkpoint_gb,
+        data_region: j.data_at.clone(),
     }
 }
 

@@ -604,6 +604,10 @@ fn submissions_outside_the_limits_are_refused_naming_the_field() {
         (with("checkpoint_interval_s", json!(1e-300)), "checkpoint_interval_s"),
         (with("checkpoint_interval_s", json!(0.5)), "checkpoint_interval_s"),
         (with("checkpoint_interval_s", json!(31_536_001)), "checkpoint_interval_s"),
+        (with("checkpoint_gb", json!(-1)), "checkpoint_gb"),
+        (with("checkpoint_gb", json!(1e300)), "checkpoint_gb"),
+        (with("data_region", json!("  ")), "data_region"),
+        (with("data_region", json!("US-EAST-1")), "data_region"),
     ];
     for (body, field) in &cases {
         let shown: String = body.to_string().chars().take(120).collect();
@@ -618,6 +622,15 @@ fn submissions_outside_the_limits_are_refused_naming_the_field() {
     });
     let r = d.submit(&edge);
     assert_eq!(r.status, 201, "{}", r.head());
+    // A job's data size and region come back in its view.
+    let r = d.submit(&with("checkpoint_gb", json!(50)).as_object().map_or(json!({}), |o| {
+        let mut o = o.clone();
+        o.insert("data_region".into(), json!("us-east-1"));
+        Value::Object(o)
+    }));
+    assert_eq!(r.status, 201, "{}", r.head());
+    let view = r.json();
+    assert_eq!((view["checkpoint_gb"].as_f64(), view["data_region"].as_str()), (Some(50.0), Some("us-east-1")));
 }
 
 #[test]
