@@ -1,8 +1,11 @@
 //! Moving a job's data between regions. A job that declares `checkpoint_gb` carries its data (its latest
 //! checkpoint) from the region it last ran in, or its `data_region`, to the region of the pool it starts in: the
-//! move is booked as egress to its team and tier, and the attempt makes no progress for the transfer time. Where
-//! a job may run, cloud pools are tried by their price per GPU-hour plus the move into them spread over the job's
-//! remaining work, so a job hops to a cheaper region only when the saving over its remaining work pays the move.
+//! move is booked as egress to its team and tier, and the attempt makes no progress for the transfer time (a
+//! transfer cut short never arrived; the source keeps a current copy until the job checkpoints again). Where a
+//! job may run, cloud pools are tried by their price per GPU-hour plus the move into them spread over the job's
+//! remaining work plus, for spot, the moves its interruptions are expected to force, so a job hops to a cheaper
+//! region only when the saving over its remaining work pays the move; a job stopped where its data is first waits
+//! there as long as the move is worth.
 
 use crate::cluster::Cluster;
 use crate::config::{Config, Market};

@@ -30,6 +30,7 @@ mod scale;
 mod scale_out;
 mod schedule;
 mod shape;
+mod spec_check;
 mod state;
 pub mod time;
 pub mod wait_budget;
