@@ -2,7 +2,8 @@
 //! tiers merged with their built-in defaults, so a user sees what the engine will use.
 
 use super::{
-    Alerts, Budget, ClusterSection, Config, InstanceType, Policy, Pool, Prometheus, Quota, Schedule, Team, Tier,
+    Alerts, Budget, ClusterSection, Config, InstanceType, Network, Policy, Pool, Prometheus, Quota, Schedule, Team,
+    Tier,
 };
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ struct Effective<'a> {
     provider: Option<&'a toml::Table>,
     #[serde(skip_serializing_if = "Option::is_none")]
     slurm: Option<&'a toml::Table>,
+    network: &'a Network,
     tiers: BTreeMap<&'a str, &'a Tier>,
     teams: &'a [Team],
     instance_types: &'a [InstanceType],
@@ -40,6 +42,7 @@ impl Config {
             prometheus: self.prometheus.as_ref(),
             provider: self.provider.as_ref(),
             slurm: self.slurm.as_ref(),
+            network: &self.network,
             tiers: self.tiers.iter().map(|t| (t.name.as_str(), t)).collect(),
             teams: &self.teams,
             instance_types: &self.instance_types,
@@ -60,8 +63,10 @@ mod tests {
     fn the_effective_config_fills_every_default_and_reads_back_the_same() {
         let text = "[[instance_types]]\nname = \"g8\"\ngpus = 8\ngpu_model = \"A100\"\non_demand_usd_per_hour = 30.0\n\
                     spot_usd_per_hour = 11.0\n[[pools]]\nname = \"spot\"\nmarket = \"spot\"\ninstance_types = [\"g8\"]\n\
-                    max_nodes = 4\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"g8\"]\n\
-                    max_nodes = 2\n[tiers.p1]\nqueue_wait_slo_s = \"5m\"\n";
+                    max_nodes = 4\nspot_usd_per_hour = { g8 = 10.0 }\n[[pools]]\nname = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"g8\"]\n\
+                    max_nodes = 2\nregion = \"us-east-1\"\n[tiers.p1]\nqueue_wait_slo_s = \"5m\"\n\
+                    [network]\ntransfer_gbps = 5.0\n[[network.egress]]\nfrom = \"us-east-1\"\nto = \"eu-west-1\"\n\
+                    usd_per_gb = 0.05\n";
         let cfg = Config::parse("c.toml", text).unwrap();
         let shown = cfg.effective_toml().unwrap();
         for expect in [
@@ -70,6 +75,8 @@ mod tests {
             "[tiers.p2]",
             "scan_limit = 5000",
             "boot_latency_s = 240.0",
+            "transfer_gbps = 5.0",
+            "[[network.egress]]",
         ] {
             assert!(shown.contains(expect), "{expect} missing from:\n{shown}");
         }
