@@ -10,13 +10,8 @@ use spillway_core::Config;
 use spillway_core::time::Millis;
 use std::path::Path;
 
-/// A price step function: from `steps[i].0` (ms from the trace start) on, `steps[i].1` USD per node-hour.
-/// Repeats every `period_ms`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PriceTrace {
-    pub steps: Vec<(Millis, f64)>,
-    pub period_ms: Millis,
-}
+/// A price trace: from `steps[i].0` (ms from the trace start) on, `steps[i].1` USD per node-hour.
+pub type PriceTrace = crate::spot::Steps<f64>;
 
 /// A price trace bound to an offering by name.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,37 +19,6 @@ pub struct OfferingPrice {
     pub pool: String,
     pub instance_type: String,
     pub trace: PriceTrace,
-}
-
-impl PriceTrace {
-    /// Returns the price at `t_ms` from the trace start, and when it next changes.
-    pub fn at(&self, t_ms: Millis) -> (f64, Millis) {
-        let period = self.period_ms.max(1);
-        let (cycle, off) = (t_ms.div_euclid(period), t_ms.rem_euclid(period));
-        let i = self.steps.partition_point(|&(s, _)| s <= off).saturating_sub(1);
-        let price = self.steps.get(i).map_or(0.0, |s| s.1);
-        let next = match self.steps.get(i + 1) {
-            Some(&(s, _)) => cycle * period + s,
-            None => (cycle + 1) * period + self.steps.first().map_or(0, |s| s.0),
-        };
-        (price, next.max(t_ms + 1))
-    }
-
-    /// Returns this trace as seen from `offset_ms` into it (see [`crate::spot::SpotTrace::shifted`]).
-    pub fn shifted(&self, offset_ms: Millis) -> PriceTrace {
-        let period = self.period_ms.max(1);
-        let off = offset_ms.rem_euclid(period);
-        let mut steps = vec![(0, self.at(off).0)];
-        let mut moved: Vec<(Millis, f64)> =
-            self.steps.iter().map(|&(s, p)| ((s - off).rem_euclid(period), p)).filter(|&(t, _)| t > 0).collect();
-        moved.sort_by_key(|&(t, _)| t);
-        for (t, p) in moved {
-            if steps.last().is_none_or(|s| s.1 != p) {
-                steps.push((t, p));
-            }
-        }
-        PriceTrace { steps, period_ms: period }
-    }
 }
 
 /// The dearest price per node-hour a trace may say.

@@ -14,13 +14,16 @@ use spillway_core::Config;
 use spillway_core::time::Millis;
 use std::path::Path;
 
-/// A capacity step function: from `steps[i].0` (ms from the trace start) on, at most `steps[i].1` nodes
-/// (`None`: no limit). Repeats every `period_ms`.
+/// A step function of time: from `steps[i].0` (ms from the trace start) on, the value is `steps[i].1`; before the
+/// first step, the value's default. Repeats every `period_ms`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SpotTrace {
-    pub steps: Vec<(Millis, Option<u32>)>,
+pub struct Steps<T> {
+    pub steps: Vec<(Millis, T)>,
     pub period_ms: Millis,
 }
+
+/// A capacity trace: at most `steps[i].1` nodes of an offering (`None`: no limit).
+pub type SpotTrace = Steps<Option<u32>>;
 
 /// Errors reading a spot trace or mapping it to an offering; each names the file and the field or line.
 #[derive(Debug, thiserror::Error)]
@@ -37,19 +40,36 @@ pub enum SpotTraceError {
     PriceOffering { arg: String, message: String },
 }
 
-impl SpotTrace {
-    /// Returns the capacity at `t_ms` from the trace start, and when it next changes.
-    pub fn at(&self, t_ms: Millis) -> (Option<u32>, Millis) {
+impl<T: Copy + PartialEq + Default> Steps<T> {
+    /// Returns the value at `t_ms` from the trace start (a capacity, a price), and when it next changes.
+    pub fn at(&self, t_ms: Millis) -> (T, Millis) {
         let period = self.period_ms.max(1);
         let cycle = t_ms.div_euclid(period);
         let off = t_ms.rem_euclid(period);
         let i = self.steps.partition_point(|&(s, _)| s <= off).saturating_sub(1);
-        let cap = self.steps.get(i).and_then(|s| s.1);
+        let value = self.steps.get(i).map(|s| s.1).unwrap_or_default();
         let next = match self.steps.get(i + 1) {
             Some(&(s, _)) => cycle * period + s,
             None => (cycle + 1) * period + self.steps.first().map_or(0, |s| s.0),
         };
-        (cap, next.max(t_ms + 1))
+        (value, next.max(t_ms + 1))
+    }
+
+    /// Returns this trace as seen from `offset_ms` into it: the value at `t` is this trace's at `t + offset_ms`
+    /// (it still repeats), so one trace gives many start windows.
+    pub fn shifted(&self, offset_ms: Millis) -> Steps<T> {
+        let period = self.period_ms.max(1);
+        let off = offset_ms.rem_euclid(period);
+        let mut steps: Vec<(Millis, T)> = vec![(0, self.at(off).0)];
+        let mut moved: Vec<(Millis, T)> =
+            self.steps.iter().map(|&(s, v)| ((s - off).rem_euclid(period), v)).filter(|&(t, _)| t > 0).collect();
+        moved.sort_by_key(|&(t, _)| t);
+        for (t, v) in moved {
+            if steps.last().is_none_or(|s| s.1 != v) {
+                steps.push((t, v));
+            }
+        }
+        Steps { steps, period_ms: period }
     }
 }
 
@@ -73,25 +93,6 @@ impl std::str::FromStr for Polarity {
                 Err(format!("`{other}` is neither `available` (1 means obtainable) nor `unavailable` (1 means not)"))
             }
         }
-    }
-}
-
-impl SpotTrace {
-    /// Returns this trace as seen from `offset_ms` into it: the capacity at `t` is this trace's at `t +
-    /// offset_ms` (it still repeats), so one trace gives many start windows.
-    pub fn shifted(&self, offset_ms: Millis) -> SpotTrace {
-        let period = self.period_ms.max(1);
-        let off = offset_ms.rem_euclid(period);
-        let mut steps: Vec<(Millis, Option<u32>)> = vec![(0, self.at(off).0)];
-        let mut moved: Vec<(Millis, Option<u32>)> =
-            self.steps.iter().map(|&(s, cap)| ((s - off).rem_euclid(period), cap)).filter(|&(t, _)| t > 0).collect();
-        moved.sort_by_key(|&(t, _)| t);
-        for (t, cap) in moved {
-            if steps.last().is_none_or(|s| s.1 != cap) {
-                steps.push((t, cap));
-            }
-        }
-        SpotTrace { steps, period_ms: period }
     }
 }
 
