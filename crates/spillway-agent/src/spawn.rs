@@ -23,9 +23,13 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// `SPILLWAY_RDZV_ID` (stable for the job across attempts) and `SPILLWAY_RDZV_ENDPOINT` (`MASTER_ADDR:MASTER_PORT`:
 /// the attempt's rank-0 node, which hosts the c10d store; every change of width is a new attempt, so the next
 /// one's endpoint is a node that is still there).
+///
+/// Across regions: `SPILLWAY_REGION` (the pool's region) and, when this attempt moved the job's data from another
+/// region, `SPILLWAY_DATA_FROM` (copy the checkpoint from there before resuming).
 pub fn contract_env(a: &Assignment, node: u32, gpus: &[u32], checkpoint_dir: &Path) -> Vec<(String, String)> {
     let (least, most) = a.workers_range.unwrap_or((a.world_size, a.world_size));
-    vec![
+    let place = [("SPILLWAY_REGION", &a.region), ("SPILLWAY_DATA_FROM", &a.data_from)];
+    let mut env = vec![
         ("SPILLWAY_MIN_WORKERS".into(), least.to_string()),
         ("SPILLWAY_MAX_WORKERS".into(), most.to_string()),
         ("SPILLWAY_RDZV_ID".into(), format!("spillway-job-{}", a.worker.job)),
@@ -41,7 +45,10 @@ pub fn contract_env(a: &Assignment, node: u32, gpus: &[u32], checkpoint_dir: &Pa
         ("WORLD_SIZE".into(), a.world_size.to_string()),
         ("MASTER_ADDR".into(), a.master_addr.clone()),
         ("MASTER_PORT".into(), a.master_port.to_string()),
-    ]
+    ];
+    // Only where the daemon says: a job without a region (or one that moved nothing) gets neither.
+    env.extend(place.into_iter().filter_map(|(k, v)| Some((k.to_string(), v.clone()?))));
+    env
 }
 
 /// Returns `host:port`, with an IPv6 address in brackets (`[fd00::1]:29500`), as torchrun parses it.
@@ -188,6 +195,8 @@ mod tests {
             master_addr: "127.0.0.1".into(),
             master_port: 1,
             workers_range: None,
+            region: None,
+            data_from: None,
         }
     }
 
@@ -207,5 +216,16 @@ mod tests {
         assert_eq!(get(&env, "PATH"), vec!["/agent/bin"]);
         let env = worker_env(&a, 1, &[], Path::new("/c"), Some("".into()));
         assert_eq!(get(&env, "PATH"), vec![DEFAULT_PATH], "an empty PATH finds nothing");
+    }
+
+    #[test]
+    fn the_region_and_where_to_copy_the_checkpoint_from_come_only_when_the_daemon_says() {
+        let mut a = assignment();
+        let env = worker_env(&a, 1, &[], Path::new("/c"), None);
+        assert!(get(&env, "SPILLWAY_REGION").is_empty() && get(&env, "SPILLWAY_DATA_FROM").is_empty());
+        (a.region, a.data_from) = (Some("us-west-2".into()), Some("us-east-1".into()));
+        let env = worker_env(&a, 1, &[], Path::new("/c"), None);
+        assert_eq!(get(&env, "SPILLWAY_REGION"), vec!["us-west-2"]);
+        assert_eq!(get(&env, "SPILLWAY_DATA_FROM"), vec!["us-east-1"]);
     }
 }

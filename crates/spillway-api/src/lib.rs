@@ -631,6 +631,14 @@ pub struct Assignment {
     /// for `torchrun --nnodes=MIN:MAX`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers_range: Option<(u32, u32)>,
+    /// The region of the pool the attempt runs in (`SPILLWAY_REGION`), when the pool names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Where the job's latest checkpoint is when this attempt moved it from another region
+    /// (`SPILLWAY_DATA_FROM`): the engine booked the egress and gave the attempt its transfer time; the job copies
+    /// its checkpoint from there before it resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_from: Option<String>,
 }
 
 /// Stop a worker: send `signal` (`SIGTERM` by default) to its process group, wait `grace_ms`, then kill it.

@@ -41,8 +41,14 @@ fn filter(name: &str, values: &[&str]) -> Filter {
     values.iter().fold(Filter::builder().name(name), |f, v| f.values(*v)).build()
 }
 
-/// Launches one instance for `spec` unless one already runs for its node (then returns that one).
-pub async fn launch(ec2: &Client, o: &AwsOptions, spec: &LaunchSpec) -> Result<Instance, ProviderError> {
+/// Launches one instance for `spec` unless one already runs for its node (then returns that one), in one of
+/// `subnets` (those of the spec's zone; none: the template's network, in the spec's zone if it names one).
+pub async fn launch(
+    ec2: &Client,
+    o: &AwsOptions,
+    spec: &LaunchSpec,
+    subnets: &[String],
+) -> Result<Instance, ProviderError> {
     let node = spec.node.to_string();
     let existing = describe(
         ec2,
@@ -53,7 +59,7 @@ pub async fn launch(ec2: &Client, o: &AwsOptions, spec: &LaunchSpec) -> Result<I
         return Ok(i);
     }
     let version = user_data_version(ec2, o, spec).await?;
-    let fleet = create_fleet(ec2, o, spec, &version).await;
+    let fleet = create_fleet(ec2, o, spec, &version, subnets).await;
     // The version only carried this node's user-data (the instance keeps what it booted with): delete it in the
     // background, so the launch's answer (the instance id the daemon records) does not wait for that call.
     let delete = ec2.delete_launch_template_versions().launch_template_name(&o.launch_template).versions(&version);
@@ -104,13 +110,15 @@ async fn user_data_version(ec2: &Client, o: &AwsOptions, spec: &LaunchSpec) -> R
         .ok_or_else(|| ProviderError::Transient("CreateLaunchTemplateVersion returned no version number".into()))
 }
 
-/// Calls `CreateFleet` type `instant` for one instance of the spec's type over the configured subnets; returns
-/// the instance id and whether it is spot, or the typed error of the fleet's answer.
+/// Calls `CreateFleet` type `instant` for one instance of the spec's type over `subnets` (or, without any, in
+/// the spec's zone if it names one); returns the instance id and whether it is spot, or the typed error of the
+/// fleet's answer.
 async fn create_fleet(
     ec2: &Client,
     o: &AwsOptions,
     spec: &LaunchSpec,
     version: &str,
+    subnets: &[String],
 ) -> Result<(String, bool), ProviderError> {
     let itype = InstanceType::from(spec.instance_type.as_str());
     let template = FleetLaunchTemplateSpecificationRequest::builder()
@@ -118,10 +126,14 @@ async fn create_fleet(
         .version(version)
         .build();
     let mut config = FleetLaunchTemplateConfigRequest::builder().launch_template_specification(template);
-    if o.subnets.is_empty() {
-        config = config.overrides(FleetLaunchTemplateOverridesRequest::builder().instance_type(itype.clone()).build());
+    if subnets.is_empty() {
+        let mut only = FleetLaunchTemplateOverridesRequest::builder().instance_type(itype.clone());
+        if let Some(zone) = &spec.zone {
+            only = only.availability_zone(zone);
+        }
+        config = config.overrides(only.build());
     }
-    for subnet in &o.subnets {
+    for subnet in subnets {
         config = config.overrides(
             FleetLaunchTemplateOverridesRequest::builder().instance_type(itype.clone()).subnet_id(subnet).build(),
         );
@@ -260,9 +272,9 @@ pub fn cluster_filter(cluster: &str) -> Filter {
     filter(&format!("tag:{TAG_CLUSTER}"), &[cluster])
 }
 
-/// Returns the current spot price of each of `types` it finds (Linux/UNIX, the lowest over the zones), from
-/// `DescribeSpotPriceHistory` since now (the latest price per zone).
-pub async fn spot_prices(ec2: &Client, types: &[String]) -> Result<Vec<(String, f64)>, ProviderError> {
+/// Returns the spot price history of `types` since now (Linux/UNIX): the price in force in each zone, as
+/// (type, zone, price text, epoch seconds) answers for [`crate::zones::latest_per_zone`].
+pub async fn spot_prices(ec2: &Client, types: &[String]) -> Result<Vec<crate::zones::PriceAnswer>, ProviderError> {
     let mut req = ec2
         .describe_spot_price_history()
         .product_descriptions("Linux/UNIX")
@@ -275,44 +287,11 @@ pub async fn spot_prices(ec2: &Client, types: &[String]) -> Result<Vec<(String, 
     while let Some(page) = pages.next().await {
         let page = page.map_err(|e| classify("DescribeSpotPriceHistory", &e, ""))?;
         for p in page.spot_price_history() {
-            if let (Some(t), Some(price)) = (p.instance_type(), p.spot_price()) {
-                seen.push((t.as_str().to_string(), price.to_string()));
+            if let (Some(t), Some(zone), Some(price)) = (p.instance_type(), p.availability_zone(), p.spot_price()) {
+                let at = p.timestamp().map_or(0, |d| d.secs());
+                seen.push((t.as_str().to_string(), zone.to_string(), price.to_string(), at));
             }
         }
     }
-    Ok(lowest_per_type(&seen))
-}
-
-/// Returns the lowest valid price per instance type of (type, price text) answers, in type order; a price that
-/// is not a finite number >= 0 is skipped.
-pub fn lowest_per_type(answers: &[(String, String)]) -> Vec<(String, f64)> {
-    let mut best: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
-    for (t, text) in answers {
-        let Ok(price) = text.trim().parse::<f64>() else { continue };
-        if !(price >= 0.0 && price.is_finite()) {
-            continue;
-        }
-        let b = best.entry(t.as_str()).or_insert(price);
-        *b = b.min(price);
-    }
-    best.into_iter().map(|(t, p)| (t.to_string(), p)).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_lowest_zone_price_counts_and_garbage_is_skipped() {
-        let a = |t: &str, p: &str| (t.to_string(), p.to_string());
-        let got = lowest_per_type(&[
-            a("p3.2xlarge", "0.95"),
-            a("p3.2xlarge", "0.91"),
-            a("g5.xlarge", "nan"),
-            a("g5.xlarge", "-1"),
-            a("g5.xlarge", "x"),
-            a("g4dn.xlarge", " 0.16 "),
-        ]);
-        assert_eq!(got, vec![("g4dn.xlarge".to_string(), 0.16), ("p3.2xlarge".to_string(), 0.91)]);
-    }
+    Ok(seen)
 }

@@ -15,12 +15,14 @@ pub mod errors;
 pub mod notices;
 pub mod options;
 pub mod userdata;
+pub mod zones;
 
 pub use options::AwsOptions;
+pub use zones::PoolPlace;
 
 use aws_config::retry::RetryConfig;
 use aws_config::{BehaviorVersion, Region};
-use spillway_providers::{Instance, LaunchSpec, Notice, Provider, ProviderError};
+use spillway_providers::{Instance, LaunchSpec, Notice, Provider, ProviderError, SpotQuote};
 use std::future::Future;
 
 /// Messages one SQS poll takes at most, and how long it waits for the first.
@@ -34,6 +36,10 @@ pub struct AwsProvider {
     opts: AwsOptions,
     ec2: aws_sdk_ec2::Client,
     sqs: aws_sdk_sqs::Client,
+    /// The region it launches in.
+    region: String,
+    /// The configured subnets with their zones, in config order (read at startup).
+    subnet_zones: Vec<(String, String)>,
     /// Taken on drop and shut down in the background, which is allowed inside another runtime.
     rt: Option<tokio::runtime::Runtime>,
 }
@@ -68,21 +74,41 @@ impl AwsProvider {
             }
             loader.load().await
         })?;
-        if sdk.region().is_none() {
+        let Some(region) = sdk.region().map(|r| r.to_string()) else {
             return Err("no AWS region: set [provider] region or AWS_REGION".into());
-        }
-        let p = AwsProvider {
+        };
+        let mut p = AwsProvider {
             ec2: aws_sdk_ec2::Client::new(&sdk),
             sqs: aws_sdk_sqs::Client::new(&sdk),
             opts,
+            region,
+            subnet_zones: Vec::new(),
             rt: Some(rt),
         };
         let (ec2, sqs, opts) = (p.ec2.clone(), p.sqs.clone(), p.opts.clone());
-        p.run(async move {
+        p.subnet_zones = p.run(async move {
             ec2::check(&ec2, &opts).await?;
-            check_queue(&sqs, &opts).await
+            check_queue(&sqs, &opts).await?;
+            zones::subnet_zones(&ec2, &opts.subnets).await
         })??;
         Ok(p)
+    }
+
+    /// Checks that every pool can launch where the config places it: in this provider's region, in a zone of
+    /// it, and, where subnets are configured, a zone one of them is in. The error names the pool.
+    pub fn check_pools(&self, pools: &[PoolPlace]) -> Result<(), String> {
+        zones::check_regions(&self.region, pools)?;
+        if pools.iter().all(|p| p.zone.is_none()) {
+            return Ok(());
+        }
+        let ec2 = self.ec2.clone();
+        let region_zones = self.run(async move { zones::region_zones(&ec2).await })??;
+        zones::check_zones(pools, &region_zones, &self.subnet_zones)
+    }
+
+    /// Returns the region this provider launches in.
+    pub fn region(&self) -> &str {
+        &self.region
     }
 
     /// Runs `f` on the provider's runtime and waits for it.
@@ -125,8 +151,14 @@ impl Drop for AwsProvider {
 
 impl Provider for AwsProvider {
     fn launch(&self, spec: &LaunchSpec) -> Result<Instance, ProviderError> {
+        let subnets = zones::launch_subnets(&self.subnet_zones, spec.zone.as_deref());
+        if subnets.is_empty() && !self.subnet_zones.is_empty() {
+            // `check_pools` refuses such a pool at startup; a spec from elsewhere gets a clear error.
+            let zone = spec.zone.as_deref().unwrap_or("");
+            return Err(ProviderError::Transient(format!("no [provider] subnet is in zone {zone}")));
+        }
         let (ec2, opts, spec) = (self.ec2.clone(), self.opts.clone(), spec.clone());
-        self.call(async move { ec2::launch(&ec2, &opts, &spec).await })
+        self.call(async move { ec2::launch(&ec2, &opts, &spec, &subnets).await })
     }
 
     fn terminate(&self, instance_id: &str) -> Result<(), ProviderError> {
@@ -143,9 +175,14 @@ impl Provider for AwsProvider {
         "aws"
     }
 
-    fn spot_prices(&self, instance_types: &[String]) -> Result<Vec<(String, f64)>, ProviderError> {
+    /// The price in force in each zone it may launch in (those of the configured subnets, or any zone).
+    fn spot_prices(&self, instance_types: &[String]) -> Result<Vec<SpotQuote>, ProviderError> {
         let (ec2, types) = (self.ec2.clone(), instance_types.to_vec());
-        self.call(async move { ec2::spot_prices(&ec2, &types).await })
+        let answers = self.call(async move { ec2::spot_prices(&ec2, &types).await })?;
+        let mut zones: Vec<String> = self.subnet_zones.iter().map(|(_, z)| z.clone()).collect();
+        zones.sort();
+        zones.dedup();
+        Ok(zones::latest_per_zone(&answers, (!zones.is_empty()).then_some(zones.as_slice())))
     }
 
     /// Polls the interruption queue (long poll of a second); a message is deleted once read, garbage included

@@ -3,7 +3,7 @@
 //! `SPILLWAY_MOTO_PYTHON` (the python of moto's venv, with boto3); `.ci/run` starts both. Without them the tests
 //! skip with a message, except under `SPILLWAY_REQUIRE_SHARED=1` (CI), where they fail.
 
-use spillway_aws::{AwsOptions, AwsProvider};
+use spillway_aws::{AwsOptions, AwsProvider, PoolPlace};
 use spillway_providers::{LaunchSpec, Provider, run_conformance};
 use std::process::Command;
 
@@ -41,9 +41,14 @@ fn set_credentials() {
 
 /// Options for a fresh launch template `name` on moto.
 fn options(python: &str, url: &str, name: &str) -> AwsOptions {
+    options_with(python, url, name, "")
+}
+
+/// Options for a fresh launch template `name` on moto, with `extra` lines in the `[provider]` table.
+fn options_with(python: &str, url: &str, name: &str, extra: &str) -> AwsOptions {
     let setup: serde_json::Value = serde_json::from_str(&helper(python, url, &["setup", name])).unwrap();
     let text = format!(
-        "kind = \"aws\"\nregion = \"us-east-1\"\nendpoint_url = \"{url}\"\nlaunch_template = \"{name}\"\nimage_id = \"{}\"\nserver_url = \"http://127.0.0.1:1\"\ninterruption_queue_url = \"{}\"\n",
+        "kind = \"aws\"\nregion = \"us-east-1\"\nendpoint_url = \"{url}\"\nlaunch_template = \"{name}\"\nimage_id = \"{}\"\nserver_url = \"http://127.0.0.1:1\"\ninterruption_queue_url = \"{}\"\n{extra}",
         setup["image_id"].as_str().unwrap(),
         setup["queue_url"].as_str().unwrap()
     );
@@ -61,6 +66,7 @@ fn spec(cluster: &str, node: u32) -> LaunchSpec {
         token: format!("token-{node}"),
         boot_delay_s: 0.0,
         slurm_node: None,
+        zone: None,
     }
 }
 
@@ -147,5 +153,59 @@ fn spot_prices_are_read_from_the_price_history_and_only_valid_ones_come_back() {
     // moto answers a fixed fake history (and none since now): whatever comes back is a valid price, and an empty
     // answer leaves the config's prices standing.
     let prices = p.spot_prices(&["p3.2xlarge".into(), "g5.xlarge".into()]).expect("DescribeSpotPriceHistory works");
-    assert!(prices.iter().all(|(_, price)| price.is_finite() && *price >= 0.0), "{prices:?}");
+    assert!(prices.iter().all(|q| q.usd_per_hour.is_finite() && q.usd_per_hour > 0.0), "{prices:?}");
+    assert!(prices.iter().all(|q| q.zone.as_deref().is_some_and(|z| z.starts_with("us-east-1"))), "{prices:?}");
+}
+
+#[test]
+fn a_pool_with_a_zone_launches_there_and_is_priced_by_the_zones_it_may_launch_in() {
+    let Some((url, python)) = moto() else { return };
+    set_credentials();
+    let name = unique("zones");
+    let subnets: serde_json::Value = serde_json::from_str(&helper(&python, &url, &["subnets"])).unwrap();
+    let subnets: Vec<(String, String)> = subnets
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["id"].as_str().unwrap().to_string(), s["zone"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(subnets.len() >= 3, "moto's default VPC has a subnet per zone: {subnets:?}");
+    let ((sa, za), (sb, zb), (_, zc)) = (&subnets[0], &subnets[1], &subnets[2]);
+    let p = AwsProvider::new(options_with(&python, &url, &name, &format!("subnets = [\"{sa}\", \"{sb}\"]\n")))
+        .expect("the provider starts with two subnets");
+    let place = |zone: &str, region: &str| PoolPlace {
+        name: format!("spot-{zone}"),
+        region: Some(region.into()),
+        zone: Some(zone.into()),
+    };
+    p.check_pools(&[place(za, "us-east-1"), place(zb, "us-east-1")]).expect("both zones have a subnet");
+    let e = p.check_pools(&[place(zc, "us-east-1")]).unwrap_err();
+    assert!(e.contains(zc.as_str()) && e.contains(sa.as_str()), "a zone without a subnet is refused: {e}");
+    let e = p.check_pools(&[place("us-west-2a", "us-west-2")]).unwrap_err();
+    assert!(e.contains("us-west-2") && e.contains("one region"), "another region is refused: {e}");
+    let e = p.check_pools(&[place("us-east-1q", "us-east-1")]).unwrap_err();
+    assert!(e.contains("us-east-1q") && e.contains("not a zone"), "{e}");
+    for (node, zone) in [(1, zb), (2, za)] {
+        let i = p.launch(&LaunchSpec { zone: Some(zone.clone()), ..spec(&name, node) }).unwrap();
+        let listed: serde_json::Value = serde_json::from_str(&helper(&python, &url, &["instances", &name])).unwrap();
+        let inst = listed.as_array().unwrap().iter().find(|x| x["id"] == i.id.as_str()).expect("listed");
+        assert_eq!(inst["zone"], zone.as_str(), "node {node} launched in its pool's zone: {inst}");
+        p.terminate(&i.id).unwrap();
+    }
+    // moto quotes a price in every zone for the types it has offerings of (m5.large, not GPU types).
+    let quotes = p.spot_prices(&["m5.large".into()]).unwrap();
+    let mut zones: Vec<&str> = quotes.iter().filter_map(|q| q.zone.as_deref()).collect();
+    zones.sort_unstable();
+    assert_eq!(zones, vec![za.as_str(), zb.as_str()], "one price per zone of the subnets: {quotes:?}");
+}
+
+#[test]
+fn a_subnet_that_does_not_exist_is_an_error_at_startup_naming_it() {
+    let Some((url, python)) = moto() else { return };
+    set_credentials();
+    let name = unique("badsubnet");
+    let e = AwsProvider::new(options_with(&python, &url, &name, "subnets = [\"subnet-00000000deadbeef\"]\n"))
+        .err()
+        .expect("refused");
+    assert!(e.contains("subnet-00000000deadbeef"), "{e}");
 }

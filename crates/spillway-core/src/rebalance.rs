@@ -33,6 +33,13 @@ impl Engine {
         let mut watching = false;
         // Per spot pool, what it could launch: built once per pass, when a job first needs it.
         let mut launchable: Option<Vec<Vec<(usize, Time)>>> = None;
+        // Per tier: whether it may use a spot pool (a job of a tier without one never moves, and nothing here
+        // needs a wake-up for it).
+        let spot_tier: Vec<bool> =
+            self.pool_order.iter().map(|o| o.iter().any(|&q| self.cfg.pools[q].market == Market::Spot)).collect();
+        if !spot_tier.contains(&true) {
+            return (moves, shadow, watching);
+        }
         for (p, pool) in self.cfg.pools.iter().enumerate() {
             if pool.market != Market::OnDemand {
                 continue;
@@ -42,6 +49,7 @@ impl Engine {
                     let j = &self.c.jobs[id.0 as usize];
                     if j.state != JobState::Running
                         || !j.interruptible
+                        || !spot_tier[j.tier]
                         || j.pinned_on_demand
                         || moves.contains(&id)
                         || shadow.contains(&id)
@@ -52,10 +60,6 @@ impl Engine {
                     let remaining = j.remaining_work_ms(now);
                     if remaining.is_some_and(|r| r < MIN_REMAINING_MS) {
                         // Only falls further: it never moves again in this attempt.
-                        continue;
-                    }
-                    if !self.pool_order[j.tier].iter().any(|&q| self.cfg.pools[q].market == Market::Spot) {
-                        // Its tier has no spot pool: it never moves, and nothing here needs a wake-up for it.
                         continue;
                     }
                     if !crate::data_move::spot_move_pays(&self.c, &self.cfg, &self.pool_order[j.tier], j, p, now) {

@@ -28,6 +28,8 @@ pub struct LaunchSpec {
     pub boot_delay_s: f64,
     /// The node's name in Slurm when Slurm asked for it: the node runs `slurmd -N <name>`, not an agent.
     pub slurm_node: Option<String>,
+    /// The pool's zone (`us-east-1a`): a cloud provider launches the node there; `None`: in any zone it may.
+    pub zone: Option<String>,
 }
 
 impl LaunchSpec {
@@ -90,12 +92,22 @@ pub trait Provider: Send + Sync {
         std::thread::sleep(std::time::Duration::from_secs(1));
         Ok(Vec::new())
     }
-    /// Returns the cloud's current spot price per hour of those of `instance_types` it knows (the lowest over the
-    /// zones it may launch in); a type it does not answer for keeps the config's price. Default: none.
-    fn spot_prices(&self, instance_types: &[String]) -> Result<Vec<(String, f64)>, ProviderError> {
+    /// Returns the cloud's current spot prices of those of `instance_types` it knows, one per zone it may
+    /// launch in (or one without a zone, where the cloud prices a type alike everywhere); a type it does not
+    /// answer for keeps the config's price. Default: none.
+    fn spot_prices(&self, instance_types: &[String]) -> Result<Vec<SpotQuote>, ProviderError> {
         let _ = instance_types;
         Ok(Vec::new())
     }
+}
+
+/// One spot price the cloud quoted: an instance type's price per hour in one zone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpotQuote {
+    pub instance_type: String,
+    /// The zone it holds in; `None`: every zone the provider launches in.
+    pub zone: Option<String>,
+    pub usd_per_hour: f64,
 }
 
 /// Something the cloud said about one instance.

@@ -57,6 +57,7 @@ fn spec(cluster: &str, node: u32, instance_type: &str) -> LaunchSpec {
         token: format!("tok-{node}"),
         boot_delay_s: 1.5,
         slurm_node: None,
+        zone: None,
     }
 }
 

@@ -8,7 +8,7 @@ use crate::store::Entry;
 use rand::Rng;
 use spillway_api::{Heartbeat, HeartbeatReply, NodeNotice, StopOrder, WorkerRef};
 use spillway_core::{Event, Exit, JobId, LaunchError, Market, NodeId, NodeState, Time};
-use spillway_providers::{Instance, LaunchSpec, Notice, NoticeKind, ProviderError};
+use spillway_providers::{Instance, LaunchSpec, Notice, NoticeKind, ProviderError, SpotQuote};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Grace of a stop order for a worker no stop action named (one nobody asked for).
@@ -18,8 +18,7 @@ const METRIC_EVERY_MS: Time = 15_000;
 /// How long a notice about an instance no node is known to own yet is kept, and how many such notices at most.
 pub const EARLY_NOTICE_MS: Time = 600_000;
 const EARLY_NOTICES: usize = 1024;
-/// Relative change of a spot price below which the engine keeps the price it has.
-pub const PRICE_STEP: f64 = 0.02;
+pub use crate::spot_quotes::PRICE_STEP;
 
 impl State {
     /// Reconciles the engine with the provider's instances (`listed`, asked for at `asked_at`): adopts live
@@ -363,22 +362,20 @@ impl State {
         Ok(())
     }
 
-    /// Hands the engine the spot prices that moved by more than [`PRICE_STEP`] from what it has (`prices` from
-    /// the provider; types the config sells no spot of are left out). A price that is not a finite number > 0 is
-    /// skipped with a line on stderr; the others still count.
-    pub fn spot_prices(&mut self, now: Time, prices: &[(String, f64)]) -> Result<(), ApplyError> {
-        for (name, price) in prices {
-            if !(*price > 0.0 && price.is_finite()) {
-                eprintln!("spillway: ignoring spot price {price} of {name}");
-                continue;
-            }
-            let cfg = self.engine.config();
-            let current = cfg.instance_type_index(name).and_then(|i| cfg.instance_types[i].spot_usd_per_hour);
-            // Small moves are left out: each change is a log entry and a decision pass.
-            if current.is_some_and(|c| (price - c).abs() > PRICE_STEP * c) {
-                let event = Event::SpotPrice { instance_type: name.clone(), usd_per_hour: *price, pool: None };
-                self.apply(now, Entry::Event(event))?;
-            }
+    /// Hands the engine the spot prices the provider quoted (see [`crate::spot_quotes`]): first each instance
+    /// type's lowest, then each zone's price to the pools in that zone. A quote that is not a finite number > 0
+    /// is skipped with a line on stderr; the others still count.
+    pub fn spot_prices(&mut self, now: Time, quotes: &[SpotQuote]) -> Result<(), ApplyError> {
+        for q in quotes.iter().filter(|q| !crate::spot_quotes::valid(q)) {
+            let zone = q.zone.as_deref().map_or(String::new(), |z| format!(" in {z}"));
+            eprintln!("spillway: ignoring spot price {} of {}{zone}", q.usd_per_hour, q.instance_type);
+        }
+        for event in crate::spot_quotes::type_wide(self.engine.config(), quotes) {
+            self.apply(now, Entry::Event(event))?;
+        }
+        // Read after the type-wide prices: a zone's pool without a price of its own pays the type's until now.
+        for event in crate::spot_quotes::per_zone(self.engine.config(), quotes) {
+            self.apply(now, Entry::Event(event))?;
         }
         Ok(())
     }
@@ -559,6 +556,7 @@ impl State {
             token: token.to_string(),
             boot_delay_s: if n.market == Market::Fixed { 0.0 } else { pool.boot_latency_s },
             slurm_node: n.held.as_ref().map(|h| h.name.clone()),
+            zone: pool.zone.clone(),
         })
     }
 }

@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod promql;
 pub mod slurm;
+pub mod spot_quotes;
 pub mod state;
 pub mod store;
 pub mod tokens;

@@ -496,7 +496,18 @@ impl State {
             // A port per job, away from the well-known range, so gangs on one machine do not collide.
             master_port: 29_500 + (j.id.0 % 20_000) as u16,
             workers_range: Some((j.gang.workers, j.gang.max_workers)),
+            region: self.attempt_region(j),
+            // Set only when this attempt's start moved the data (its transfer time is the engine's estimate of
+            // the copy); a start where a current copy is moves nothing.
+            data_from: j.data_copy.clone().filter(|_| j.transfer_ms > 0),
         }
+    }
+
+    /// Returns the region of the pool a running job's attempt is in, when the pool names one.
+    fn attempt_region(&self, j: &spillway_core::Job) -> Option<String> {
+        let node = j.placement.first()?.0;
+        let pool = self.engine.cluster().nodes.get(node.0 as usize)?.pool;
+        self.engine.config().pools.get(pool)?.region.clone()
     }
 
     /// Returns whether worker `w` is part of the current attempt of a running job and placed on node `n`: the

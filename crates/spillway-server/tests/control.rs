@@ -21,8 +21,13 @@ fn dir(name: &str) -> PathBuf {
 
 /// Opens the daemon's state on `dir` at `now` and replays its log (no reconcile).
 fn replayed(dir: &Path, now: Time) -> State {
+    replayed_with(dir, now, CONFIG)
+}
+
+/// Like [`replayed`], on the config `text`.
+fn replayed_with(dir: &Path, now: Time, text: &str) -> State {
     let store = Store::open(&dir.join("spillway.db")).unwrap();
-    let cfg = Config::parse("local.toml", CONFIG).unwrap();
+    let cfg = Config::parse("local.toml", text).unwrap();
     let opts = StateOptions {
         jobs_dir: dir.join("jobs"),
         cluster_id: "c".into(),
@@ -39,7 +44,12 @@ fn replayed(dir: &Path, now: Time) -> State {
 /// Opens the daemon's state on `dir` at `now`, replayed and reconciled against no instances; returns it and the
 /// agent token each owned node's (re)launch got.
 fn open(dir: &Path, now: Time) -> (State, BTreeMap<u32, String>) {
-    let mut st = replayed(dir, now);
+    open_with(dir, now, CONFIG)
+}
+
+/// Like [`open`], on the config `text`.
+fn open_with(dir: &Path, now: Time, text: &str) -> (State, BTreeMap<u32, String>) {
+    let mut st = replayed_with(dir, now, text);
     st.reconcile(now, &[], now, true).unwrap();
     let mut tokens = BTreeMap::new();
     for e in std::mem::take(&mut st.effects) {
@@ -79,6 +89,33 @@ fn beat(
 ) -> spillway_api::HeartbeatReply {
     let hb = Heartbeat { node, seq, applied: seq.saturating_sub(1), running, exited, ..Default::default() };
     st.heartbeat(now, &hb).unwrap().expect("the node is alive")
+}
+
+#[test]
+fn an_attempt_that_moved_its_data_is_told_its_region_and_where_its_checkpoint_is() {
+    let d = dir("region");
+    let config = CONFIG.replace("market = \"fixed\"\n", "market = \"fixed\"\nregion = \"us-west-2\"\n");
+    let (mut st, _) = open_with(&d, T0, &config);
+    let command = || JobCommand { argv: vec!["true".into()], ..Default::default() };
+    let moved = JobSpec { checkpoint_gb: Some(50.0), data_region: Some("us-east-1".into()), ..spec(1) };
+    let here = JobSpec { checkpoint_gb: Some(50.0), data_region: Some("us-west-2".into()), ..spec(1) };
+    st.apply(T0, Entry::Submit { spec: moved, command: command() }).unwrap();
+    st.apply(T0, Entry::Submit { spec: here, command: command() }).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    st.tick(T0 + 100, 100, &mut rng).unwrap();
+    let mut told = BTreeMap::new();
+    for id in [0, 1] {
+        let job = st.engine.job(JobId(id)).unwrap();
+        assert_eq!(job.state, JobState::Running, "job {id} runs on the owned pool");
+        let node = job.placement[0].0.0;
+        let reply = beat(&mut st, T0 + 200, node, 1, vec![], vec![]);
+        for a in reply.run {
+            told.insert(a.worker.job, (a.region, a.data_from));
+        }
+    }
+    let west = Some("us-west-2".to_string());
+    assert_eq!(told[&0], (west.clone(), Some("us-east-1".into())), "job 0 copies its checkpoint from us-east-1");
+    assert_eq!(told[&1], (west, None), "job 1's data is where it runs: nothing to copy");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use spillway_api::{Heartbeat, NodeNotice};
 use spillway_core::{Config, Engine, JobSpec, NodeState, Time};
-use spillway_providers::{Notice, NoticeKind};
+use spillway_providers::{Notice, NoticeKind, SpotQuote};
 use spillway_server::state::{Effect, State, StateOptions};
 use spillway_server::store::{Entry, JobCommand, Store};
 
@@ -153,11 +153,53 @@ fn an_instance_that_went_away_is_fenced_at_once() {
 fn polled_spot_prices_reach_the_engine_once_per_change() {
     let (mut st, _) = launching("prices");
     let seq = st.store.last_seq();
-    st.spot_prices(T0 + 10, &[("g1".into(), 0.25), ("unknown-type".into(), 9.0)]).unwrap();
+    st.spot_prices(T0 + 10, &[quote("g1", None, 0.25), quote("unknown-type", None, 9.0)]).unwrap();
     assert_eq!(st.engine.config().instance_types[0].spot_usd_per_hour, Some(0.25));
     assert_eq!(st.store.last_seq(), seq + 1, "one logged change (so a restart replays the same price)");
-    st.spot_prices(T0 + 20, &[("g1".into(), 0.25)]).unwrap();
+    st.spot_prices(T0 + 20, &[quote("g1", None, 0.25)]).unwrap();
     assert_eq!(st.store.last_seq(), seq + 1, "an unchanged price logs nothing");
+}
+
+fn quote(instance_type: &str, zone: Option<&str>, usd_per_hour: f64) -> SpotQuote {
+    SpotQuote { instance_type: instance_type.into(), zone: zone.map(Into::into), usd_per_hour }
+}
+
+#[test]
+fn a_pool_in_a_zone_pays_that_zones_price_and_a_pool_without_one_the_lowest() {
+    let zoned = format!(
+        "{CONFIG}\n[[pools]]\nname = \"spot-a\"\nmarket = \"spot\"\ninstance_types = [\"g1\"]\nmax_nodes = 2\n\
+         zone = \"us-east-1a\"\n\n[[pools]]\nname = \"spot-b\"\nmarket = \"spot\"\ninstance_types = [\"g1\"]\n\
+         max_nodes = 2\nzone = \"us-east-1b\"\nspot_usd_per_hour = {{ g1 = 0.5 }}\n"
+    );
+    let dir = std::env::temp_dir().join(format!("spillway-notices-{}-zones", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = StateOptions {
+        jobs_dir: dir.join("jobs"),
+        cluster_id: "c".into(),
+        heartbeat_timeout_ms: 3_000,
+        boot_grace_ms: 5_000,
+        reconcile_every_ms: 60_000,
+        max_backlog: (10, 1 << 20),
+    };
+    let engine = Engine::new(Config::parse("z.toml", &zoned).unwrap(), T0);
+    let mut st = State::new(engine, Store::open(&dir.join("spillway.db")).unwrap(), opts, T0);
+    let quotes = [
+        quote("g1", Some("us-east-1a"), 0.20),
+        quote("g1", Some("us-east-1b"), 0.40),
+        quote("g1", Some("us-east-1c"), 0.10),
+        quote("g1", Some("us-east-1a"), f64::NAN),
+    ];
+    let seq = st.store.last_seq();
+    st.spot_prices(T0 + 10, &quotes).unwrap();
+    let cfg = st.engine.config();
+    let price = |pool: &str| cfg.offer_price(cfg.pools.iter().position(|p| p.name == pool).unwrap(), 0);
+    assert_eq!(price("spot"), Some(0.10), "a pool without a zone pays the lowest");
+    assert_eq!(price("spot-a"), Some(0.20));
+    assert_eq!(price("spot-b"), Some(0.40), "the zone's price replaces the config's own");
+    assert_eq!(st.store.last_seq(), seq + 3, "three logged changes");
+    st.spot_prices(T0 + 20, &quotes).unwrap();
+    assert_eq!(st.store.last_seq(), seq + 3, "unchanged prices log nothing");
 }
 
 #[test]

@@ -233,7 +233,7 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
 fn provider(cfg: &spillway_core::Config, file: &str, text: &str) -> Result<Option<Arc<dyn Provider>>> {
     let Some(table) = &cfg.provider else { return Ok(None) };
     match table.get("kind").and_then(|k| k.as_str()) {
-        Some("aws") => aws_provider(file, text),
+        Some("aws") => aws_provider(cfg, file, text),
         _ => Ok(None),
     }
 }
@@ -243,32 +243,47 @@ fn provider(cfg: &spillway_core::Config, file: &str, text: &str) -> Result<Optio
 pub fn check_provider(cfg: &spillway_core::Config, file: &str, text: &str) -> Result<String> {
     let Some(table) = &cfg.provider else { return Ok("local provider".into()) };
     match table.get("kind").and_then(|k| k.as_str()) {
-        Some("aws") => check_aws(file, text),
+        Some("aws") => check_aws(cfg, file, text),
         _ => Ok("local provider".into()),
     }
 }
 
 #[cfg(feature = "aws")]
-fn check_aws(file: &str, text: &str) -> Result<String> {
+fn check_aws(cfg: &spillway_core::Config, file: &str, text: &str) -> Result<String> {
     let o = spillway_aws::AwsOptions::from_config(file, text).map_err(anyhow::Error::msg)?;
+    if let Some(region) = &o.region {
+        spillway_aws::zones::check_regions(region, &pool_places(cfg)).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    }
     Ok(format!("aws provider, launch template {}", o.launch_template))
 }
 
 #[cfg(not(feature = "aws"))]
-fn check_aws(_file: &str, _text: &str) -> Result<String> {
+fn check_aws(_cfg: &spillway_core::Config, _file: &str, _text: &str) -> Result<String> {
     Ok("aws provider (its settings are checked by a spillway built with --features aws)".into())
 }
 
-/// Builds the AWS provider (it checks the credentials and the launch template before the daemon starts).
+/// Returns where the config's cloud pools run (fixed pools are not the provider's).
 #[cfg(feature = "aws")]
-fn aws_provider(file: &str, text: &str) -> Result<Option<Arc<dyn Provider>>> {
+fn pool_places(cfg: &spillway_core::Config) -> Vec<spillway_aws::PoolPlace> {
+    cfg.pools
+        .iter()
+        .filter(|p| p.market != spillway_core::config::Market::Fixed)
+        .map(|p| spillway_aws::PoolPlace { name: p.name.clone(), region: p.region.clone(), zone: p.zone.clone() })
+        .collect()
+}
+
+/// Builds the AWS provider (it checks the credentials, the launch template, the subnets and where each pool
+/// launches before the daemon starts).
+#[cfg(feature = "aws")]
+fn aws_provider(cfg: &spillway_core::Config, file: &str, text: &str) -> Result<Option<Arc<dyn Provider>>> {
     let opts = spillway_aws::AwsOptions::from_config(file, text).map_err(anyhow::Error::msg)?;
     let p = spillway_aws::AwsProvider::new(opts).map_err(|e| anyhow::anyhow!("{file}: the AWS provider: {e}"))?;
+    p.check_pools(&pool_places(cfg)).map_err(|e| anyhow::anyhow!("{file}: the AWS provider: {e}"))?;
     Ok(Some(Arc::new(p)))
 }
 
 #[cfg(not(feature = "aws"))]
-fn aws_provider(file: &str, _text: &str) -> Result<Option<Arc<dyn Provider>>> {
+fn aws_provider(_cfg: &spillway_core::Config, file: &str, _text: &str) -> Result<Option<Arc<dyn Provider>>> {
     anyhow::bail!(
         "{file}: [provider] kind = \"aws\", but this spillway was built without AWS support \
          (build it with: cargo build --release -p spillway --features aws)"

@@ -171,6 +171,12 @@ struct World {
 
 impl World {
     fn new(name: &str, proxy_args: &[&str]) -> Option<World> {
+        World::placed(name, proxy_args, "", "")
+    }
+
+    /// Writes the world's config (`spot_extra`: lines for the spot pool, `provider_extra`: for `[provider]`) and
+    /// starts the daemon on it; `None` without moto.
+    fn placed(name: &str, proxy_args: &[&str], spot_extra: &str, provider_extra: &str) -> Option<World> {
         let m = moto()?;
         let name = format!("{name}{}", std::process::id());
         let setup: Value = serde_json::from_str(&m.helper(&["setup", &name])).unwrap();
@@ -211,7 +217,7 @@ boot_latency_s = 5
 idle_timeout_s = 3
 scale_out_cooldown_s = 0
 scale_in_cooldown_s = 0
-
+{spot_extra}
 [[pools]]
 name = "od"
 market = "on_demand"
@@ -231,6 +237,7 @@ server_url = "http://127.0.0.1:{port}"
 agent_path = "{bin}"
 agent_data_dir = "{data_dir}"
 imds_url = "http://127.0.0.1:1"
+{provider_extra}
 "#,
             proxy = proxy.url,
             image = setup["image_id"].as_str().unwrap(),
@@ -239,14 +246,7 @@ imds_url = "http://127.0.0.1:1"
             bin = BIN,
         );
         std::fs::write(&d.config, config).unwrap();
-        d.env = [
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+        d.env = aws_env();
         d.start();
         let fleet = Fleet::start(&m, &name, &agents, data_dir);
         Some(World { m, name, d, fleet, _proxy: proxy })
@@ -293,6 +293,24 @@ imds_url = "http://127.0.0.1:1"
     fn events(&self) -> String {
         self.d.get("/v1/events?limit=1000").to_string()
     }
+}
+
+/// The AWS credentials moto takes, and no instance metadata lookups.
+fn aws_env() -> Vec<(String, String)> {
+    [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_EC2_METADATA_DISABLED", "true")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Returns moto's default subnets as (id, zone), by zone.
+fn default_subnets(m: &Moto) -> Vec<(String, String)> {
+    let v: Value = serde_json::from_str(&m.helper(&["subnets"])).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["id"].as_str().unwrap().into(), s["zone"].as_str().unwrap().into()))
+        .collect()
 }
 
 fn python_ok() -> bool {
@@ -414,4 +432,57 @@ fn no_capacity_for_one_instance_type_backs_off_that_offering_only_and_the_pool_f
     assert!(events.contains("no capacity for this offering") || events.contains("insufficient"), "{events}");
     assert!(w.fleet.seen().iter().all(|i| i["lifecycle"] == "spot"), "nothing went to on-demand: {:?}", w.fleet.seen());
     w.wait(60, "the job to finish", |w| w.job(id)["state"] == "succeeded");
+}
+
+#[test]
+fn a_spot_pool_with_a_zone_launches_its_nodes_in_that_zone() {
+    let Some(m) = moto() else { return };
+    let subnets = default_subnets(&m);
+    let ((sa, _), (sb, zb)) = (&subnets[0], &subnets[1]);
+    let (spot, provider) = (format!("zone = \"{zb}\"\n"), format!("subnets = [\"{sa}\", \"{sb}\"]\n"));
+    let Some(w) = World::placed("awszone", &[], &spot, &provider).filter(|_| python_ok()) else { return };
+    let id = w.submit(3);
+    let node = w.running_on(id);
+    let inst = w.fleet.instance_of(node).expect("the node's instance was seen");
+    assert_eq!(inst["zone"], zb.as_str(), "the spot pool's node runs in its zone: {inst}");
+    w.wait(60, "the job to finish", |w| w.job(id)["state"] == "succeeded");
+}
+
+#[test]
+fn a_daemon_whose_pool_cannot_launch_in_its_zone_or_region_refuses_to_start_naming_the_pool() {
+    let Some(m) = moto() else { return };
+    let subnets = default_subnets(&m);
+    let ((sa, _), (_, zc)) = (&subnets[0], &subnets[2]);
+    let name = format!("awsbadzone{}", std::process::id());
+    let setup: Value = serde_json::from_str(&m.helper(&["setup", &name])).unwrap();
+    let dir = std::env::temp_dir().join(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (pool_place, want) in
+        [(format!("zone = \"{zc}\""), zc.as_str()), ("region = \"eu-west-1\"".to_string(), "eu-west-1")]
+    {
+        let config = format!(
+            "[cluster]\nname = \"{name}\"\n\n[[instance_types]]\nname = \"p3.2xlarge\"\ngpus = 1\ngpu_model = \"V100\"\n\
+             on_demand_usd_per_hour = 3.06\nspot_usd_per_hour = 0.92\n\n[[pools]]\nname = \"far\"\n\
+             market = \"spot\"\ninstance_types = [\"p3.2xlarge\"]\nmax_nodes = 1\n{pool_place}\n\n[[pools]]\n\
+             name = \"od\"\nmarket = \"on_demand\"\ninstance_types = [\"p3.2xlarge\"]\nmax_nodes = 1\n\n[provider]\n\
+             kind = \"aws\"\nregion = \"us-east-1\"\nendpoint_url = \"{url}\"\nlaunch_template = \"{name}\"\n\
+             image_id = \"{image}\"\nserver_url = \"http://127.0.0.1:1\"\nsubnets = [\"{sa}\"]\n",
+            url = m.url,
+            image = setup["image_id"].as_str().unwrap(),
+        );
+        let path = dir.join("c.toml");
+        std::fs::write(&path, config).unwrap();
+        let out = Command::new(BIN)
+            .args(["server", "--config"])
+            .arg(&path)
+            .args(["--listen", &format!("127.0.0.1:{}", free_port()), "--data-dir"])
+            .arg(dir.join("data"))
+            .envs(aws_env())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "the daemon started with pool {pool_place}: {err}");
+        assert!(err.contains("\"far\"") && err.contains(want), "the error names the pool and its place: {err}");
+    }
 }

@@ -34,6 +34,8 @@ pub fn sh(job: u32, gpus: u32, dir: &Path, script: &str) -> Assignment {
         master_addr: "127.0.0.1".into(),
         master_port: 29500,
         workers_range: Some((1, 2)),
+        region: None,
+        data_from: None,
     }
 }
 

@@ -139,7 +139,12 @@ pub const POOL: &[Key] = &[
     k("predictive", Table(PREDICTIVE), "none", "Predictive scaling from a demand forecast."),
     k("scheduler", OneOf(&["spillway", "slurm"]), "\"spillway\"", "Who asks for its nodes."),
     k("region", Str, "none", "Cloud region of its nodes; moves from other regions pay `[network]` egress."),
-    k("zone", Str, "none", "Zone within the region (moves between zones are free)."),
+    k(
+        "zone",
+        Str,
+        "none",
+        "Zone within the region: the AWS provider launches the pool's nodes there and prices its spot by it (moves between zones are free).",
+    ),
     k("spot_usd_per_hour", Named(&Float), "the type's", "Spot: this pool's own price per node-hour by type."),
 ];
 

@@ -6,6 +6,7 @@ and reads what the tests check (instances with their tags and user-data). Run wi
   moto_helper.py ENDPOINT event KIND ID       -> puts an EC2 event (interruption | rebalance) for instance ID
   moto_helper.py ENDPOINT terminate ID        -> terminates instance ID (what a reclaim does)
   moto_helper.py ENDPOINT orphan CLUSTER NODE -> launches an instance tagged for CLUSTER and NODE, prints its id
+  moto_helper.py ENDPOINT subnets             -> [{"id", "zone"}]: the default VPC's subnets, by zone
 """
 import base64, json, sys
 import boto3
@@ -41,7 +42,8 @@ def instances(endpoint, prefix):
             ud = ec2.describe_instance_attribute(InstanceId=i["InstanceId"], Attribute="userData").get("UserData", {})
             text = base64.b64decode(ud["Value"]).decode() if ud.get("Value") else ""
             out.append({"id": i["InstanceId"], "state": i["State"]["Name"], "type": i["InstanceType"],
-                        "lifecycle": i.get("InstanceLifecycle", "on-demand"), "tags": tags, "user_data": text})
+                        "lifecycle": i.get("InstanceLifecycle", "on-demand"), "tags": tags, "user_data": text,
+                        "zone": i.get("Placement", {}).get("AvailabilityZone", "")})
     print(json.dumps(out))
 
 
@@ -67,6 +69,13 @@ def orphan(endpoint, cluster, node):
     print(r["Instances"][0]["InstanceId"])
 
 
+def subnets(endpoint):
+    found = client("ec2", endpoint).describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])
+    out = sorted(({"id": s["SubnetId"], "zone": s["AvailabilityZone"]} for s in found["Subnets"]), key=lambda s: s["zone"])
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
     endpoint, cmd, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    {"setup": setup, "instances": instances, "event": event, "terminate": terminate, "orphan": orphan}[cmd](endpoint, *args)
+    {"setup": setup, "instances": instances, "event": event, "terminate": terminate, "orphan": orphan,
+     "subnets": subnets}[cmd](endpoint, *args)
