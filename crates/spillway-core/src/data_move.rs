@@ -1,7 +1,8 @@
 //! Moving a job's data between regions. A job that declares `checkpoint_gb` carries its data (its latest
 //! checkpoint) from the region it last ran in, or its `data_region`, to the region of the pool it starts in: the
 //! move is booked as egress to its team and tier, and the attempt makes no progress for the transfer time (a
-//! transfer cut short never arrived; the source keeps a current copy until the job checkpoints again). Where a
+//! transfer cut short never arrived, and pays only for what it sent; the source keeps a current copy until the
+//! job checkpoints again). Where a
 //! job may run, cloud pools are tried by their price per GPU-hour plus the move into them spread over the job's
 //! remaining work plus, for spot, the moves its interruptions are expected to force, so a job hops to a cheaper
 //! region only when the saving over its remaining work pays the move; a job stopped where its data is first waits
@@ -21,6 +22,7 @@ impl Engine {
     pub(crate) fn move_data(&mut self, id: JobId, pool: usize) {
         let j = &mut self.c.jobs[id.0 as usize];
         j.transfer_ms = 0;
+        j.transfer_usd = 0.0;
         let Some(gb) = j.spec.checkpoint_gb.filter(|&g| g > 0.0) else { return };
         let Some(to) = self.cfg.pools[pool].region.clone() else { return };
         if j.data_at.as_deref() == Some(to.as_str()) {
@@ -39,6 +41,7 @@ impl Engine {
             return;
         }
         j.transfer_ms = ms;
+        j.transfer_usd = usd;
         let (team, tier) = (j.team, j.tier);
         self.c.ledger.book_egress(team, tier, usd);
         self.c.counters.data_moves += 1;
@@ -54,15 +57,24 @@ impl Engine {
 
 /// Updates where job `job`'s data is as an attempt ends at `now`: a transfer cut short never arrived (the data is
 /// where it came from), and a checkpoint written during the attempt (`saved`) leaves only its region current.
-pub(crate) fn attempt_ended(job: &mut Job, now: Time, saved: bool) {
+/// Returns the egress booked for the bytes a transfer cut short never sent (a cloud bills what was sent, taken
+/// as the share of the transfer time that passed), for the caller to take back.
+pub(crate) fn attempt_ended(job: &mut Job, now: Time, saved: bool) -> f64 {
     let arrived = job.work_start().is_none_or(|w| w <= now);
+    let mut unsent = 0.0;
     if !arrived {
         if let Some(source) = job.data_copy.take() {
             job.data_at = Some(source);
         }
+        if let Some(start) = job.attempt_start.filter(|_| job.transfer_ms > 0) {
+            let sent = ((now - start) as f64 / job.transfer_ms as f64).clamp(0.0, 1.0);
+            unsent = job.transfer_usd * (1.0 - sent);
+        }
     } else if saved {
         job.data_copy = None;
     }
+    job.transfer_usd = 0.0;
+    unsent
 }
 
 /// Returns whether job `job` may move data between regions: it has a size and a region, so [`order_for`] may

@@ -217,7 +217,9 @@ impl Engine {
         self.c.release(id, now);
         let j = &mut self.c.jobs[id.0 as usize];
         j.saved_work_ms += (progress - lost).max(0);
-        crate::data_move::attempt_ended(j, now, progress - lost > 0);
+        let unsent = crate::data_move::attempt_ended(j, now, progress - lost > 0);
+        let (team, tier) = (j.team, j.tier);
+        self.c.ledger.book_egress(team, tier, -unsent);
         for &(n, g) in &placement {
             self.c.bind(id, n, g);
         }

@@ -154,6 +154,7 @@ impl Engine {
             data_at,
             data_copy: None,
             transfer_ms: 0,
+            transfer_usd: 0.0,
         });
         id
     }
@@ -464,7 +465,7 @@ impl Engine {
         let j = &mut self.c.jobs[id.0 as usize];
         // Work since the last checkpoint is lost; time spent moving data in was no work.
         j.saved_work_ms += (progress - lost_ms).max(0);
-        crate::data_move::attempt_ended(j, now, progress - lost_ms > 0);
+        let unsent = crate::data_move::attempt_ended(j, now, progress - lost_ms > 0);
         j.state = JobState::Queued;
         j.queued_since = now;
         j.attempt_start = None;
@@ -474,6 +475,7 @@ impl Engine {
         if let StopReason::Preempted { .. } = reason {
             j.preemptions += 1;
         }
+        self.c.ledger.book_egress(team, tier, -unsent);
         self.queue.push(tier, team, key, id);
         self.actions.push_back(Action::StopJob { job: id, attempt, reason, grace_ms });
         self.record(

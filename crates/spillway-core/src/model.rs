@@ -162,6 +162,8 @@ pub struct Job {
     pub data_copy: Option<String>,
     /// Time at the start of the current attempt spent moving its data in from another region (no progress).
     pub transfer_ms: Millis,
+    /// Egress booked for that move (USD), for the part never sent when the attempt ends before it arrived.
+    pub transfer_usd: f64,
 }
 
 /// What a decision pass reads of every job's spec, copied when it is submitted (a spec never changes after) so a
