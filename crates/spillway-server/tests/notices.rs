@@ -39,8 +39,8 @@ fn launching(name: &str) -> (State, u32) {
     launching_for(name, "p1")
 }
 
-/// A state with one job of `tier` that asked for a node; returns it and that node.
-fn launching_for(name: &str, tier: &str) -> (State, u32) {
+/// A fresh daemon state on config `text`, in a data dir of its own.
+fn state_on(name: &str, text: &str) -> State {
     let dir = std::env::temp_dir().join(format!("spillway-notices-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -52,8 +52,13 @@ fn launching_for(name: &str, tier: &str) -> (State, u32) {
         reconcile_every_ms: 60_000,
         max_backlog: (10, 1 << 20),
     };
-    let engine = Engine::new(Config::parse("n.toml", CONFIG).unwrap(), T0);
-    let mut st = State::new(engine, Store::open(&dir.join("spillway.db")).unwrap(), opts, T0);
+    let engine = Engine::new(Config::parse("n.toml", text).unwrap(), T0);
+    State::new(engine, Store::open(&dir.join("spillway.db")).unwrap(), opts, T0)
+}
+
+/// A state with one job of `tier` that asked for a node; returns it and that node.
+fn launching_for(name: &str, tier: &str) -> (State, u32) {
+    let mut st = state_on(name, CONFIG);
     let spec = JobSpec {
         name: "j".into(),
         tier: tier.into(),
@@ -171,19 +176,7 @@ fn a_pool_in_a_zone_pays_that_zones_price_and_a_pool_without_one_the_lowest() {
          zone = \"us-east-1a\"\n\n[[pools]]\nname = \"spot-b\"\nmarket = \"spot\"\ninstance_types = [\"g1\"]\n\
          max_nodes = 2\nzone = \"us-east-1b\"\nspot_usd_per_hour = {{ g1 = 0.5 }}\n"
     );
-    let dir = std::env::temp_dir().join(format!("spillway-notices-{}-zones", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let opts = StateOptions {
-        jobs_dir: dir.join("jobs"),
-        cluster_id: "c".into(),
-        heartbeat_timeout_ms: 3_000,
-        boot_grace_ms: 5_000,
-        reconcile_every_ms: 60_000,
-        max_backlog: (10, 1 << 20),
-    };
-    let engine = Engine::new(Config::parse("z.toml", &zoned).unwrap(), T0);
-    let mut st = State::new(engine, Store::open(&dir.join("spillway.db")).unwrap(), opts, T0);
+    let mut st = state_on("zones", &zoned);
     let quotes = [
         quote("g1", Some("us-east-1a"), 0.20),
         quote("g1", Some("us-east-1b"), 0.40),
