@@ -10,9 +10,10 @@
 //! more than 2% above a `greedy` that met the deadline in at most 1% of them; it prints the mean cost over the
 //! optimum of both (`cargo test --release -p spillway-sim --test deadline -- --nocapture`).
 
+mod common;
+
 use spillway_core::Config;
 use spillway_core::time::{Millis, secs};
-use spillway_sim::input::SimJob;
 use spillway_sim::sim::{SimOptions, simulate};
 use spillway_sim::spot::{OfferingTrace, Polarity, SpotTrace, parse_json};
 use std::path::{Path, PathBuf};
@@ -94,22 +95,7 @@ fn run(o: &Offering, policy: &str, trace: &SpotTrace) -> (f64, bool) {
         cfg.tiers.iter_mut().for_each(|t| t.markets.retain(|m| *m != spillway_core::Market::Spot));
     }
     let duration = secs(WORK_H * 3600.0);
-    let spec = spillway_core::JobSpec {
-        name: "train".into(),
-        tier: "p1".into(),
-        team: "default".into(),
-        gpus_per_worker: 8,
-        workers: 1,
-        min_workers: None,
-        gpu_model: None,
-        interruptible: Some(true),
-        checkpoint_interval_ms: None,
-        deadline: Some(cfg.start_ms + secs(DEADLINE_H * 3600.0)),
-        expected_duration_ms: Some(duration),
-        checkpoint_gb: None,
-        data_region: None,
-    };
-    let jobs = vec![SimJob { submit_ms: 0, duration_ms: duration, spec, serial_fraction: 0.0 }];
+    let jobs = vec![common::deadline_job(cfg.start_ms, DEADLINE_H, duration)];
     let t = OfferingTrace { pool: "spot".into(), instance_type: o.instance_type.into(), trace: trace.clone() };
     let opts = SimOptions { spot_traces: vec![t], ..SimOptions::default() };
     let out = simulate(&cfg, &jobs, &opts).unwrap_or_else(|e| panic!("{e}"));

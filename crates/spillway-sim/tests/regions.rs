@@ -13,9 +13,10 @@
 //! checkpoint (the case); it prints the mean cost over the optimum
 //! (`cargo test --release -p spillway-sim --test regions -- --nocapture`).
 
+mod common;
+
 use spillway_core::Config;
 use spillway_core::time::{Millis, secs};
-use spillway_sim::input::SimJob;
 use spillway_sim::price::OfferingPrice;
 use spillway_sim::sim::{SimOptions, simulate};
 use spillway_sim::spot::{OfferingTrace, Polarity, SpotTrace, parse_json};
@@ -177,22 +178,9 @@ fn config(set: &Set, policy: &str) -> Config {
 fn run(set: &Set, policy: &str, start: Millis, gb: f64) -> (f64, bool, usize) {
     let cfg = config(set, policy);
     let duration = secs(WORK_H * 3600.0);
-    let spec = spillway_core::JobSpec {
-        name: "train".into(),
-        tier: "p1".into(),
-        team: "default".into(),
-        gpus_per_worker: 8,
-        workers: 1,
-        min_workers: None,
-        gpu_model: None,
-        interruptible: Some(true),
-        checkpoint_interval_ms: None,
-        deadline: Some(cfg.start_ms + secs(DEADLINE_H * 3600.0)),
-        expected_duration_ms: Some(duration),
-        checkpoint_gb: Some(gb),
-        data_region: Some(set.od_region.into()),
-    };
-    let jobs = vec![SimJob { submit_ms: 0, duration_ms: duration, spec, serial_fraction: 0.0 }];
+    let mut job = common::deadline_job(cfg.start_ms, DEADLINE_H, duration);
+    (job.spec.checkpoint_gb, job.spec.data_region) = (Some(gb), Some(set.od_region.into()));
+    let jobs = vec![job];
     let it = set.instance_type.to_string();
     let spot_traces = set
         .zones
