@@ -80,7 +80,12 @@ pub(crate) fn attempt_ended(job: &mut Job, now: Time, saved: bool) -> f64 {
 /// Returns whether job `job` may move data between regions: it has a size and a region, so [`order_for`] may
 /// give it an order of its own.
 pub(crate) fn may_move(job: &Job) -> bool {
-    job.spec.checkpoint_gb.is_some_and(|g| g > 0.0) && job.data_at.is_some()
+    data_of(job).is_some()
+}
+
+/// Returns the size (GB) and region of job `job`'s data, when it declares a size and its data has a region.
+fn data_of(job: &Job) -> Option<(f64, &str)> {
+    Some((job.spec.checkpoint_gb.filter(|&g| g > 0.0)?, job.data_at.as_deref()?))
 }
 
 /// Returns `order` as job `job` should try it at `now` when starting in some of its pools moves its data: fixed
@@ -155,8 +160,7 @@ struct MovePrice<'a> {
 impl<'a> MovePrice<'a> {
     /// `None` for a job that declares no data size or has no data region yet.
     fn of(c: &'a Cluster, cfg: &'a Config, order: &'a [usize], job: &'a Job, now: Time) -> Option<MovePrice<'a>> {
-        let gb = job.spec.checkpoint_gb.filter(|&g| g > 0.0)?;
-        let from = job.data_at.as_deref()?;
+        let (gb, from) = data_of(job)?;
         let hours = job.remaining_work_ms(now).filter(|&r| r > 0).unwrap_or(HOUR_MS) as f64 / HOUR_MS as f64;
         let (gpus, workers) = (f64::from(job.total_gpus().max(1)), f64::from(job.gang.workers.max(1)));
         let copy = job.data_copy.as_deref();
