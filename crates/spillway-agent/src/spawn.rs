@@ -68,7 +68,8 @@ pub fn worker_env(
 ) -> Vec<(OsString, OsString)> {
     let path = agent_path.filter(|p| !p.is_empty()).unwrap_or_else(|| DEFAULT_PATH.into());
     let mut env = vec![(OsString::from("PATH"), path)];
-    env.extend(a.env.iter().map(|(k, v)| (k.into(), v.into())));
+    let own = a.env.iter().filter(|(k, _)| !spillway_api::RESERVED_ENV.contains(&k.as_str()));
+    env.extend(own.map(|(k, v)| (k.into(), v.into())));
     env.extend(contract_env(a, node, gpus, checkpoint_dir).into_iter().map(|(k, v)| (k.into(), v.into())));
     env
 }
@@ -221,6 +222,8 @@ mod tests {
     #[test]
     fn the_region_and_where_to_copy_the_checkpoint_from_come_only_when_the_daemon_says() {
         let mut a = assignment();
+        // A job's own value (from before the API refused it) would read as "copy from there": dropped.
+        a.env.insert("SPILLWAY_DATA_FROM".into(), "fake".into());
         let env = worker_env(&a, 1, &[], Path::new("/c"), None);
         assert!(get(&env, "SPILLWAY_REGION").is_empty() && get(&env, "SPILLWAY_DATA_FROM").is_empty());
         (a.region, a.data_from) = (Some("us-west-2".into()), Some("us-east-1".into()));

@@ -195,7 +195,11 @@ fn env_name(k: &str) -> bool {
     b.next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
-/// Checks the environment: entry count, names, value sizes and the total.
+/// Variables of the job contract that are set only on some attempts, so a job's own value would be read as
+/// Spillway's: a job may not set them (the agent drops them from older jobs' environments too).
+pub const RESERVED_ENV: [&str; 2] = ["SPILLWAY_REGION", "SPILLWAY_DATA_FROM"];
+
+/// Checks the environment: entry count, names, value sizes, reserved names and the total.
 fn check_env(env: &BTreeMap<String, String>) -> Result<(), ErrorBody> {
     use limits::*;
     if env.len() > MAX_ENV {
@@ -211,6 +215,12 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), ErrorBody> {
         if !env_name(k) {
             // The name goes into the message escaped, so a control character cannot garble a terminal.
             return Err(refuse("env", format!("env name {k:?} is not [A-Za-z_][A-Za-z0-9_]*")));
+        }
+        if RESERVED_ENV.contains(&k.as_str()) {
+            return Err(refuse(
+                "env",
+                format!("{k} is set by Spillway for each attempt (its absence means something)"),
+            ));
         }
         check_str(&format!("env.{k}"), v, MAX_ENV_VALUE_BYTES)?;
     }
@@ -685,6 +695,17 @@ mod tests {
         for bad in ["", "1A", "A-B", "A B", "A=B", "É"] {
             assert!(!env_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_job_may_not_set_the_variables_spillway_sets_only_sometimes() {
+        let mut j = submit();
+        j.env.insert("SPILLWAY_NODE".into(), "mine".into());
+        assert_eq!(j.check(), Ok(()), "always overridden: harmless");
+        j.env.insert("SPILLWAY_DATA_FROM".into(), "us-east-1".into());
+        let e = j.check().unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("env"));
+        assert!(e.error.contains("SPILLWAY_DATA_FROM"), "{}", e.error);
     }
 
     #[test]

@@ -68,6 +68,24 @@ where
     }
 }
 
+/// Returns a short message for a failed startup check `what` (one line a user can act on): a refused credential
+/// or permission says which call needs it, an AWS error gives its code and message, anything else the SDK's
+/// whole context.
+pub fn brief<E, R>(what: &str, e: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match e.code() {
+        Some(code) if is_auth(code) => format!(
+            "{what}: AWS refused the credentials or permissions ({code}): {} (the daemon needs ec2:{what})",
+            e.message().unwrap_or("")
+        ),
+        Some(code) => format!("{what}: {code}: {}", e.message().unwrap_or("")),
+        None => format!("{what}: {}", DisplayErrorContext(e)),
+    }
+}
+
 /// Returns whether `e` says the instance does not exist.
 pub fn is_not_found<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
     matches!(e.code(), Some("InvalidInstanceID.NotFound" | "InvalidInstanceID.Malformed"))

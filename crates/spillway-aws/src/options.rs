@@ -90,6 +90,11 @@ impl AwsOptions {
                 format!("{:?} must be http://HOST[:PORT] or https://HOST[:PORT]", opts.server_url),
             );
         }
+        for (i, s) in opts.subnets.iter().enumerate() {
+            if let Some(j) = opts.subnets[..i].iter().position(|x| x == s) {
+                return bad("subnets", format!("{s:?} is listed twice (entries {} and {})", j + 1, i + 1));
+            }
+        }
         for (key, value) in [("agent_path", &opts.agent_path), ("agent_data_dir", &opts.agent_data_dir)] {
             if !value.starts_with('/') {
                 return bad(key, format!("{value:?} must be an absolute path"));
@@ -132,6 +137,11 @@ mod tests {
         let e = parse("kind = \"aws\"\nlaunch_template = \"gpu\"\nserver_url = \"http://x\"\nsubnet = [\"a\"]")
             .unwrap_err();
         assert!(e.contains("c.toml") && e.contains("subnet"), "{e}");
+        let e = parse(
+            "kind = \"aws\"\nlaunch_template = \"g\"\nserver_url = \"http://x\"\nsubnets = [\"s-1\", \"s-2\", \"s-1\"]",
+        )
+        .unwrap_err();
+        assert!(e.contains("subnets") && e.contains("s-1") && e.contains("twice"), "{e}");
         let e = parse("kind = \"aws\"\nserver_url = \"http://x\"").unwrap_err();
         assert!(e.contains("launch_template"), "{e}");
         let e = parse("kind = \"aws\"\nlaunch_template = \"gpu\"\nserver_url = \"10.0.0.1:7878\"").unwrap_err();

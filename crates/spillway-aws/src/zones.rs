@@ -3,8 +3,9 @@
 //! error then, not a node in another zone later); which subnets a launch in a zone may use; and the spot price
 //! history read as one current price per type and zone.
 
+use crate::errors::brief;
 use aws_sdk_ec2::Client;
-use aws_sdk_ec2::types::Filter;
+use aws_sdk_ec2::error::ProvideErrorMetadata;
 use spillway_providers::SpotQuote;
 use std::collections::BTreeMap;
 
@@ -16,14 +17,20 @@ pub struct PoolPlace {
     pub zone: Option<String>,
 }
 
-/// Refuses a pool in another region than the provider's (one daemon launches in one region); the error names
-/// the pool and both regions.
+/// Refuses a pool in another region than the provider's (one daemon launches in one region), by its `region`
+/// or by its `zone` (an AWS zone's name is its region's and a letter); the error names the pool and both.
 pub fn check_regions(region: &str, pools: &[PoolPlace]) -> Result<(), String> {
     for p in pools {
         if let Some(r) = p.region.as_deref().filter(|&r| r != region) {
             return Err(format!(
                 "pool {:?} is in region {r}, but the AWS provider launches in {region} ([provider] region): one \
                  daemon launches in one region",
+                p.name
+            ));
+        }
+        if let Some(z) = p.zone.as_deref().filter(|z| !z.starts_with(region)) {
+            return Err(format!(
+                "pool {:?}: zone {z} is not a zone of {region}, the region the AWS provider launches in",
                 p.name
             ));
         }
@@ -69,10 +76,14 @@ pub async fn subnet_zones(ec2: &Client, subnets: &[String]) -> Result<Vec<(Strin
     if subnets.is_empty() {
         return Ok(Vec::new());
     }
-    let out =
-        ec2.describe_subnets().set_subnet_ids(Some(subnets.to_vec())).send().await.map_err(|e| {
-            format!("[provider] subnets: DescribeSubnets: {}", aws_sdk_ec2::error::DisplayErrorContext(&e))
-        })?;
+    let out = match ec2.describe_subnets().set_subnet_ids(Some(subnets.to_vec())).send().await {
+        Ok(out) => out,
+        Err(e) if e.code().is_some_and(|c| c.starts_with("InvalidSubnetID")) => {
+            // AWS names the subnets it does not know in the message.
+            return Err(format!("[provider] subnets: {}", e.message().unwrap_or("a subnet does not exist")));
+        }
+        Err(e) => return Err(format!("[provider] subnets: {}", brief("DescribeSubnets", &e))),
+    };
     let found: BTreeMap<&str, &str> =
         out.subnets().iter().filter_map(|s| Some((s.subnet_id()?, s.availability_zone()?))).collect();
     subnets
@@ -84,15 +95,14 @@ pub async fn subnet_zones(ec2: &Client, subnets: &[String]) -> Result<Vec<(Strin
         .collect()
 }
 
-/// Returns the names of the region's available zones, sorted.
+/// Returns the names of the region's zones, sorted: every state (a zone that is impaired now is still a place
+/// a pool may launch in once it recovers, and a daemon restarted during an incident must start).
 pub async fn region_zones(ec2: &Client) -> Result<Vec<String>, String> {
-    let state = Filter::builder().name("state").values("available").build();
     let out = ec2
         .describe_availability_zones()
-        .filters(state)
         .send()
         .await
-        .map_err(|e| format!("DescribeAvailabilityZones: {}", aws_sdk_ec2::error::DisplayErrorContext(&e)))?;
+        .map_err(|e| format!("checking the pools' zones: {}", brief("DescribeAvailabilityZones", &e)))?;
     let mut zones: Vec<String> =
         out.availability_zones().iter().filter_map(|z| z.zone_name()).map(str::to_string).collect();
     zones.sort();
@@ -102,25 +112,27 @@ pub async fn region_zones(ec2: &Client) -> Result<Vec<String>, String> {
 /// One answer of the spot price history: type, zone, price as text, and when it was set (epoch seconds).
 pub type PriceAnswer = (String, String, String, i64);
 
-/// Returns the current price per (type, zone) of `answers`: the latest valid one (a finite number > 0), in
-/// (type, zone) order, only for zones in `zones` when it is `Some` (those the provider may launch in).
+/// Returns the current price per (type, zone) of `answers`, in (type, zone) order, only for zones in `zones`
+/// when it is `Some` (those the provider may launch in): the latest answer's, when it is a valid price (a finite
+/// number > 0; a later answer that is not one leaves the zone unquoted rather than falling back to an older
+/// price).
 pub fn latest_per_zone(answers: &[PriceAnswer], zones: Option<&[String]>) -> Vec<SpotQuote> {
-    let mut best: BTreeMap<(&str, &str), (i64, f64)> = BTreeMap::new();
+    let mut latest: BTreeMap<(&str, &str), (i64, &str)> = BTreeMap::new();
     for (t, zone, text, at) in answers {
         if zones.is_some_and(|zs| !zs.iter().any(|z| z == zone)) {
             continue;
         }
-        let Ok(price) = text.trim().parse::<f64>() else { continue };
-        if !(price > 0.0 && price.is_finite()) {
-            continue;
-        }
-        let e = best.entry((t.as_str(), zone.as_str())).or_insert((*at, price));
+        let e = latest.entry((t.as_str(), zone.as_str())).or_insert((*at, text.as_str()));
         if *at > e.0 {
-            *e = (*at, price);
+            *e = (*at, text.as_str());
         }
     }
-    best.into_iter()
-        .map(|((t, z), (_, p))| SpotQuote { instance_type: t.to_string(), zone: Some(z.to_string()), usd_per_hour: p })
+    latest
+        .into_iter()
+        .filter_map(|((t, z), (_, text))| {
+            let price = text.trim().parse::<f64>().ok().filter(|p| *p > 0.0 && p.is_finite())?;
+            Some(SpotQuote { instance_type: t.to_string(), zone: Some(z.to_string()), usd_per_hour: price })
+        })
         .collect()
 }
 
@@ -138,6 +150,8 @@ mod tests {
         assert!(check_regions("us-east-1", &pools).is_ok());
         let e = check_regions("us-west-2", &pools).unwrap_err();
         assert!(e.contains("\"spot-b\"") && e.contains("us-east-1") && e.contains("us-west-2"), "{e}");
+        let e = check_regions("us-east-1", &[place("w", None, Some("us-west-2a"))]).unwrap_err();
+        assert!(e.contains("\"w\"") && e.contains("us-west-2a"), "a zone of another region: {e}");
         let zones = vec!["us-east-1a".to_string(), "us-east-1b".to_string()];
         assert!(check_zones(&pools, &zones, &[]).is_ok());
         let e = check_zones(&[place("x", None, Some("us-east-1z"))], &zones, &[]).unwrap_err();
@@ -167,12 +181,15 @@ mod tests {
             a("g5.xlarge", "us-east-1a", "nan", 30),
             a("g5.xlarge", "us-east-1a", "0", 30),
             a("g5.xlarge", "us-east-1a", "x", 30),
+            a("g5.xlarge", "us-east-1b", "0.40", 10),
+            a("g5.xlarge", "us-east-1b", "nan", 20),
         ];
         let zones = ["us-east-1a".to_string(), "us-east-1b".to_string()];
         let got = latest_per_zone(&answers, Some(&zones));
         let q =
             |z: &str, p: f64| SpotQuote { instance_type: "p3.2xlarge".into(), zone: Some(z.into()), usd_per_hour: p };
         assert_eq!(got, vec![q("us-east-1a", 0.91), q("us-east-1b", 1.20)]);
+        // Only the latest answer counts: garbage after a valid price leaves the zone unquoted.
         assert_eq!(latest_per_zone(&answers, None).len(), 3);
     }
 }

@@ -133,6 +133,10 @@ fn regions_and_zone_prices_are_checked_with_the_key_at_fault() {
     assert!(e.contains("pools[2].region") && e.contains("not a region name"), "{e}");
     let e = bad("region = \"us-west-2\"", "region = \"US-WEST-2\"");
     assert!(e.contains("pools[2].region"), "{e}");
+    for zone in ["US-WEST-2B", " us-west-2b", "", "us-west-2\u{e4}"] {
+        let e = bad("zone = \"us-west-2b\"", &format!("zone = \"{zone}\""));
+        assert!(e.contains(".zone") && e.contains("a-z, 0-9"), "zone {zone:?}: {e}");
+    }
     let e = bad("name = \"od-east\"", "name = \"od-east\"\nspot_usd_per_hour = { a8 = 1.0 }");
     assert!(e.contains("pools[0].spot_usd_per_hour"), "{e}");
     let e = bad("spot_usd_per_hour = { a8 = 9.0 }", "spot_usd_per_hour = { b8 = 9.0 }");

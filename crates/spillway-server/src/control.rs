@@ -362,19 +362,15 @@ impl State {
         Ok(())
     }
 
-    /// Hands the engine the spot prices the provider quoted (see [`crate::spot_quotes`]): first each instance
-    /// type's lowest, then each zone's price to the pools in that zone. A quote that is not a finite number > 0
-    /// is skipped with a line on stderr; the others still count.
+    /// Hands the engine the spot prices the provider quoted, as a price per spot pool (see
+    /// [`crate::spot_quotes`]). A quote that is not a finite number > 0 is skipped with a line on stderr; the
+    /// others still count.
     pub fn spot_prices(&mut self, now: Time, quotes: &[SpotQuote]) -> Result<(), ApplyError> {
         for q in quotes.iter().filter(|q| !crate::spot_quotes::valid(q)) {
             let zone = q.zone.as_deref().map_or(String::new(), |z| format!(" in {z}"));
             eprintln!("spillway: ignoring spot price {} of {}{zone}", q.usd_per_hour, q.instance_type);
         }
-        for event in crate::spot_quotes::type_wide(self.engine.config(), quotes) {
-            self.apply(now, Entry::Event(event))?;
-        }
-        // Read after the type-wide prices: a zone's pool without a price of its own pays the type's until now.
-        for event in crate::spot_quotes::per_zone(self.engine.config(), quotes) {
+        for event in crate::spot_quotes::events(self.engine.config(), quotes) {
             self.apply(now, Entry::Event(event))?;
         }
         Ok(())

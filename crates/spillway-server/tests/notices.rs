@@ -159,7 +159,8 @@ fn polled_spot_prices_reach_the_engine_once_per_change() {
     let (mut st, _) = launching("prices");
     let seq = st.store.last_seq();
     st.spot_prices(T0 + 10, &[quote("g1", None, 0.25), quote("unknown-type", None, 9.0)]).unwrap();
-    assert_eq!(st.engine.config().instance_types[0].spot_usd_per_hour, Some(0.25));
+    let cfg = st.engine.config();
+    assert_eq!(cfg.offer_price(cfg.pools.iter().position(|p| p.name == "spot").unwrap(), 0), Some(0.25));
     assert_eq!(st.store.last_seq(), seq + 1, "one logged change (so a restart replays the same price)");
     st.spot_prices(T0 + 20, &[quote("g1", None, 0.25)]).unwrap();
     assert_eq!(st.store.last_seq(), seq + 1, "an unchanged price logs nothing");
@@ -170,11 +171,12 @@ fn quote(instance_type: &str, zone: Option<&str>, usd_per_hour: f64) -> SpotQuot
 }
 
 #[test]
-fn a_pool_in_a_zone_pays_that_zones_price_and_a_pool_without_one_the_lowest() {
+fn a_pool_in_a_zone_pays_that_zones_price_a_pool_without_one_the_lowest_and_an_unquoted_zone_its_own() {
     let zoned = format!(
         "{CONFIG}\n[[pools]]\nname = \"spot-a\"\nmarket = \"spot\"\ninstance_types = [\"g1\"]\nmax_nodes = 2\n\
          zone = \"us-east-1a\"\n\n[[pools]]\nname = \"spot-b\"\nmarket = \"spot\"\ninstance_types = [\"g1\"]\n\
-         max_nodes = 2\nzone = \"us-east-1b\"\nspot_usd_per_hour = {{ g1 = 0.5 }}\n"
+         max_nodes = 2\nzone = \"us-east-1b\"\nspot_usd_per_hour = {{ g1 = 0.5 }}\n\n[[pools]]\nname = \"spot-d\"\n\
+         market = \"spot\"\ninstance_types = [\"g1\"]\nmax_nodes = 2\nzone = \"us-east-1d\"\n"
     );
     let mut st = state_on("zones", &zoned);
     let quotes = [
@@ -190,6 +192,7 @@ fn a_pool_in_a_zone_pays_that_zones_price_and_a_pool_without_one_the_lowest() {
     assert_eq!(price("spot"), Some(0.10), "a pool without a zone pays the lowest");
     assert_eq!(price("spot-a"), Some(0.20));
     assert_eq!(price("spot-b"), Some(0.40), "the zone's price replaces the config's own");
+    assert_eq!(price("spot-d"), Some(0.3), "a zone without a quote keeps its price, not another zone's");
     assert_eq!(st.store.last_seq(), seq + 3, "three logged changes");
     st.spot_prices(T0 + 20, &quotes).unwrap();
     assert_eq!(st.store.last_seq(), seq + 3, "unchanged prices log nothing");

@@ -251,8 +251,11 @@ pub fn check_provider(cfg: &spillway_core::Config, file: &str, text: &str) -> Re
 #[cfg(feature = "aws")]
 fn check_aws(cfg: &spillway_core::Config, file: &str, text: &str) -> Result<String> {
     let o = spillway_aws::AwsOptions::from_config(file, text).map_err(anyhow::Error::msg)?;
-    if let Some(region) = &o.region {
-        spillway_aws::zones::check_regions(region, &pool_places(cfg)).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+    // The region the daemon would launch in: the table's, else the SDK's environment variables (a profile's
+    // region is only known to the SDK, at startup).
+    let env_region = || std::env::var("AWS_REGION").or_else(|_| std::env::var("AWS_DEFAULT_REGION")).ok();
+    if let Some(region) = o.region.clone().or_else(env_region).filter(|r| !r.is_empty()) {
+        spillway_aws::zones::check_regions(&region, &pool_places(cfg)).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
     }
     Ok(format!("aws provider, launch template {}", o.launch_template))
 }
