@@ -158,16 +158,23 @@ fn cases() -> Vec<Case> {
         Case {
             rule: "a TOML syntax error",
             text: replace("max_nodes = 4", "max_nodes = = 4"),
-            key: "(syntax)",
+            key: "pools[1].max_nodes",
             line_of: ("max_nodes = = 4", 0),
             piece: "",
         },
         Case {
             rule: "an unterminated string",
             text: replace("name = \"od\"", "name = \"od"),
-            key: "(syntax)",
+            key: "pools[1].name",
             line_of: ("name = \"od", 0),
             piece: "",
+        },
+        Case {
+            rule: "a missing key is named under the table entry it is missing from",
+            text: replace("nodes = [{ count = 2, gpus = 8 }]", "nodes = [{ count = 2 }]"),
+            key: "pools[0].nodes.gpus",
+            line_of: ("nodes = [{ count = 2 }]", 0),
+            piece: "missing field `gpus`",
         },
         Case {
             rule: "an instance type with no GPUs",

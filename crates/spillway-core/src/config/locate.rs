@@ -44,6 +44,44 @@ pub fn line_of(text: &str, table: &str, index: Option<usize>, key: &str) -> Opti
     None
 }
 
+/// Returns the key path of what byte `at` of `text` is in, for errors the TOML parser reports by position: the
+/// table whose body holds it (`network.egress[0]`, array tables numbered in file order), then the key of its
+/// line when it is a `key = ...` line (`pools[1].max_nodes`); `None` at the top level outside any key.
+pub fn key_at(text: &str, at: usize) -> Option<String> {
+    let (mut table, mut seen, mut pos): (Option<String>, Vec<(String, usize)>, usize) = (None, Vec::new(), 0);
+    let mut key = None;
+    for raw in text.split_inclusive('\n') {
+        if pos > at {
+            break;
+        }
+        pos += raw.len();
+        let line = raw.trim();
+        key = None;
+        if let Some(name) = line.strip_prefix("[[").and_then(|l| l.split("]]").next()) {
+            let name = name.trim().to_string();
+            let n = match seen.iter_mut().find(|(t, _)| *t == name) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n
+                }
+                None => {
+                    seen.push((name.clone(), 0));
+                    0
+                }
+            };
+            table = Some(format!("{name}[{n}]"));
+        } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.split(']').next()) {
+            table = Some(name.trim().to_string());
+        } else if let Some((k, _)) = line.split_once('=').filter(|(k, _)| !k.trim().is_empty()) {
+            key = Some(k.trim().trim_matches('"').to_string());
+        }
+    }
+    match (table, key) {
+        (Some(t), Some(k)) => Some(format!("{t}.{k}")),
+        (t, k) => t.or(k),
+    }
+}
+
 /// Returns the 1-based line and column (in chars) of byte `at` of `text`.
 pub fn line_column(text: &str, at: usize) -> (usize, u32) {
     let before = text.get(..at.min(text.len())).unwrap_or(text);
@@ -60,7 +98,17 @@ fn key_matches(line: &str, key: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::line_of;
+    use super::{key_at, line_of};
+
+    #[test]
+    fn a_position_is_named_by_its_table_entry_and_key() {
+        let at = |needle: &str| TEXT.find(needle).unwrap();
+        assert_eq!(key_at(TEXT, at("min_nodes")).as_deref(), Some("pools[1].min_nodes"));
+        assert_eq!(key_at(TEXT, at("[[pools]]\nname = \"b\"")).as_deref(), Some("pools[1]"));
+        assert_eq!(key_at(TEXT, at("queue_wait")).as_deref(), Some("tiers.p1.queue_wait_slo_s"));
+        assert_eq!(key_at("a = 1\n", 2).as_deref(), Some("a"));
+        assert_eq!(key_at("\n", 0), None);
+    }
 
     const TEXT: &str = "[policy]\npreemption = true\n\n[[pools]]\nname = \"a\"\nmax_nodes = 3\n\n[[pools]]\nname = \"b\"\nmin_nodes = 5\nmax_nodes = 2\n[tiers.p1]\nqueue_wait_slo_s = 60\n";
 

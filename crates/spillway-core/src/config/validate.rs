@@ -46,8 +46,17 @@ impl ConfigError {
         let at = e.span().map(|s| super::locate::line_column(text, s.start));
         let (line, column) = (at.map(|a| a.0), at.map(|a| a.1));
         let message = e.message().trim().to_string();
-        // toml names the offending key in its message for unknown fields; keep the message as the key hint.
-        ConfigError { file: file.into(), key: "(syntax)".into(), line, message, column, also: Vec::new() }
+        // The parser reports a position: name the table entry and key there; a missing key is named in the
+        // message (`missing field `to``), under the table it is missing from.
+        let missing = message.strip_prefix("missing field `").and_then(|m| m.split('`').next());
+        let place = e.span().and_then(|s| super::locate::key_at(text, s.start));
+        let key = match (place, missing) {
+            (Some(p), Some(m)) => format!("{p}.{m}"),
+            (Some(p), None) => p,
+            (None, Some(m)) => m.to_string(),
+            (None, None) => "(syntax)".into(),
+        };
+        ConfigError { file: file.into(), key, line, message, column, also: Vec::new() }
     }
 }
 
