@@ -237,3 +237,58 @@ fn a_transfer_cut_short_leaves_the_data_where_it_was_and_an_unchanged_copy_moves
         assert!((lost_h - want).abs() < 1e-6, "lost at {lost_at} s: {lost_h} h of work, want {want}");
     }
 }
+
+#[test]
+fn a_job_with_data_inside_its_budget_shares_a_cloud_node_another_job_started_on_at_that_instant() {
+    // Job `a` (p1, waiting up to 600 s for owned capacity) may not be the reason a cloud node runs; once job `b`
+    // (p2, bursts at once) starts on the node bought for it, `a` fits beside it at no extra spend and starts at
+    // that instant, not at the next unrelated event. `a` carries data, so it tries pools in an order of its own
+    // (the case a property sweep in CI found: such a job did not ask for the pass that would place it).
+    let config = r#"
+[tiers.p1]
+burst_after_s = 600
+
+[tiers.p2]
+burst_after_s = 0
+
+[[instance_types]]
+name = "a8"
+gpus = 8
+gpu_model = "H100"
+on_demand_usd_per_hour = 24.0
+spot_usd_per_hour = 12.0
+
+[[pools]]
+name = "od-west"
+market = "on_demand"
+instance_types = ["a8"]
+max_nodes = 1
+region = "us-west-2"
+
+[[pools]]
+name = "spot-west"
+market = "spot"
+instance_types = ["a8"]
+max_nodes = 1
+region = "us-west-2"
+"#;
+    let mut h = Harness::new(config);
+    // `a` ends before `b` (30 min against 2 h), so running beside it keeps the node no longer.
+    let mut with_data = spec("p1", 4, 1);
+    (with_data.checkpoint_gb, with_data.data_region) = (Some(10.0), Some("us-west-2".into()));
+    with_data.expected_duration_ms = Some(1_800_000);
+    let a = h.submit(with_data);
+    let mut long = spec("p2", 4, 1);
+    long.expected_duration_ms = Some(7_200_000);
+    let b = h.submit(long);
+    let l = launches(&h.drain());
+    assert_eq!(l.len(), 1, "one node, for b: {l:?}");
+    h.at(60.0).event(Event::NodeReady { node: l[0].0 });
+    let acts = h.drain();
+    assert!(started(&acts, b).is_some() && started(&acts, a).is_none(), "{acts:?}");
+    // The pass that started `b` asks for another at this instant; without it `a` waits for whatever comes next.
+    assert_eq!(h.wake(), Some(60.0), "a pass at 60 s is asked for");
+    h.timeout();
+    let acts = h.drain();
+    assert!(started(&acts, a).is_some(), "a starts at 60 s beside b: {acts:?}");
+}

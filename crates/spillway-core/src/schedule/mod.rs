@@ -307,11 +307,13 @@ impl<'a> Pass<'a> {
                 return;
             }
             let job = &c.jobs[id.0 as usize];
+            // Refused inside its budget: a job started on a cloud node later in this pass may make room for it
+            // (whatever order it tries pools in).
+            self.refused_in_budget |= in_wait;
             match end {
                 _ if own_order => {}
                 None => self.no_room.insert(job, access, 0, ()),
                 Some(end) => {
-                    self.refused_in_budget |= in_wait;
                     let key = u8::from(in_wait);
                     let failed = self.no_room_by_end.get(job, access, key).map_or(end, |f: Time| f.min(end));
                     self.no_room_by_end.insert(job, access, key, failed);
