@@ -257,6 +257,10 @@ impl<'a> Pass<'a> {
             // (it goes to the autoscaler as blocked), and nodes are held back for it so a job behind it does not
             // take the replacement.
             wake.at(at);
+            // Its access may open to on-demand while it checkpoints: the capacity bought for it changes then.
+            if let Some(t) = on_demand_opens_at(cfg, job, now) {
+                wake.at(t);
+            }
             self.plan.reasons.push((id, PendingReason::Checkpointing));
             self.block(id, job.tier, Access::of(job, now));
             if self.reservations < cfg.policy.max_reservations {
@@ -330,9 +334,7 @@ impl<'a> Pass<'a> {
     fn timers(&mut self, c: &mut Cluster, id: JobId, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
-        let od_tier = || cfg.tiers[job.tier].markets.contains(&Market::OnDemand);
-        if let Some(at) = job.spot_only_until.filter(|&t| t > now && job.interruptible && od_tier()) {
-            // Just moved back to spot: on-demand opens to it again then.
+        if let Some(at) = on_demand_opens_at(cfg, job, now) {
             wake.at(at);
         }
         if !job.interruptible {
@@ -539,6 +541,13 @@ impl<'a> Pass<'a> {
         let (cfg, order, grows) = (self.cfg, &self.pool_order[tier], &self.grows);
         *self.buys[slot(tier, access)].get_or_insert_with(|| job_pools(cfg, order, access).any(|p| grows[p]))
     }
+}
+
+/// Returns when on-demand opens again to a job just moved back to spot (its access changes with time alone), if
+/// that is later than `now` and its tier may use on-demand.
+fn on_demand_opens_at(cfg: &Config, job: &crate::model::Job, now: Time) -> Option<Time> {
+    let od_tier = cfg.tiers[job.tier].markets.contains(&Market::OnDemand);
+    job.spot_only_until.filter(|&t| t > now && job.interruptible && od_tier)
 }
 
 /// Returns the index of (tier, access) in a pass's per-tier-and-access tables.
