@@ -106,11 +106,6 @@ impl AwsProvider {
         zones::check_zones(pools, &region_zones, &self.subnet_zones)
     }
 
-    /// Returns the region this provider launches in.
-    pub fn region(&self) -> &str {
-        &self.region
-    }
-
     /// Runs `f` on the provider's runtime and waits for it.
     fn run<T: Send + 'static>(&self, f: impl Future<Output = T> + Send + 'static) -> Result<T, String> {
         match &self.rt {

@@ -9,8 +9,9 @@ pub fn line_of(text: &str, table: &str, index: Option<usize>, key: &str) -> Opti
     let mut seen: usize = 0;
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
-        if let Some(name) = line.strip_prefix("[[").and_then(|l| l.split("]]").next()) {
-            let name = name.trim().to_string();
+        let head = header(line);
+        if let Some((name, true)) = head {
+            let name = name.to_string();
             let idx = if name == table {
                 seen += 1;
                 seen - 1
@@ -23,9 +24,9 @@ pub fn line_of(text: &str, table: &str, index: Option<usize>, key: &str) -> Opti
             }
             continue;
         }
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.split(']').next()) {
-            current = Some((name.trim().to_string(), 0));
-            if key.is_empty() && index.is_none() && name.trim() == table {
+        if let Some((name, false)) = head {
+            current = Some((name.to_string(), 0));
+            if key.is_empty() && index.is_none() && name == table {
                 return Some(i + 1);
             }
             continue;
@@ -57,8 +58,8 @@ pub fn key_at(text: &str, at: usize) -> Option<String> {
         pos += raw.len();
         let line = raw.trim();
         key = None;
-        if let Some(name) = line.strip_prefix("[[").and_then(|l| l.split("]]").next()) {
-            let name = name.trim().to_string();
+        if let Some((name, true)) = header(line) {
+            let name = name.to_string();
             let n = match seen.iter_mut().find(|(t, _)| *t == name) {
                 Some((_, n)) => {
                     *n += 1;
@@ -70,8 +71,8 @@ pub fn key_at(text: &str, at: usize) -> Option<String> {
                 }
             };
             table = Some(format!("{name}[{n}]"));
-        } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.split(']').next()) {
-            table = Some(name.trim().to_string());
+        } else if let Some((name, false)) = header(line) {
+            table = Some(name.to_string());
         } else if let Some((k, _)) = line.split_once('=').filter(|(k, _)| !k.trim().is_empty()) {
             key = Some(k.trim().trim_matches('"').to_string());
         }
@@ -80,6 +81,14 @@ pub fn key_at(text: &str, at: usize) -> Option<String> {
         (Some(t), Some(k)) => Some(format!("{t}.{k}")),
         (t, k) => t.or(k),
     }
+}
+
+/// Returns the table a trimmed `line` heads, if it is a header, and whether it is an array entry (`[[name]]`).
+fn header(line: &str) -> Option<(&str, bool)> {
+    if let Some(name) = line.strip_prefix("[[").and_then(|l| l.split("]]").next()) {
+        return Some((name.trim(), true));
+    }
+    line.strip_prefix('[').and_then(|l| l.split(']').next()).map(|name| (name.trim(), false))
 }
 
 /// Returns the 1-based line and column (in chars) of byte `at` of `text`.

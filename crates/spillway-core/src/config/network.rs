@@ -145,10 +145,15 @@ pub(super) fn check(cx: &Ctx, net: &Network) -> Result<(), ConfigError> {
 /// Checks a region's name as clouds write them: lowercase letters, digits and `-` (`us-east-1`, `eastus`), so a
 /// job's `US-EAST-1` is refused rather than billed as a move. Returns what is wrong.
 pub fn check_region(name: &str) -> Result<(), String> {
+    check_place(name, "region", "us-east-1")
+}
+
+/// Checks a region's or zone's name (`kind`, with an `example`): 1-64 of a-z, 0-9 and `-`.
+pub(crate) fn check_place(name: &str, kind: &str, example: &str) -> Result<(), String> {
     let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
     if name.is_empty() || name.len() > 64 || !name.chars().all(ok) {
         let shown: String = name.chars().take(64).collect();
-        return Err(format!("`{shown}` is not a region name (1-64 of a-z, 0-9 and -, as `us-east-1`)"));
+        return Err(format!("`{shown}` is not a {kind} name (1-64 of a-z, 0-9 and -, as `{example}`)"));
     }
     Ok(())
 }

@@ -326,9 +326,8 @@ fn check_pool_place(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigErr
     if let Some(r) = &p.region {
         super::network::check_region(r).map_err(|m| e("region", m))?;
     }
-    let zone_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
-    if p.zone.as_ref().is_some_and(|s| s.is_empty() || s.len() > 64 || !s.chars().all(zone_char)) {
-        return Err(e("zone", "must name a zone: 1-64 of a-z, 0-9 and - (as `us-east-1a`, or `1`)".into()));
+    if let Some(z) = &p.zone {
+        super::network::check_place(z, "zone", "us-east-1a").map_err(|m| e("zone", m))?;
     }
     if !p.spot_usd_per_hour.is_empty() && p.market != Market::Spot {
         return Err(e("spot_usd_per_hour", "is for spot pools".into()));
