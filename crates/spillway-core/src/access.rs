@@ -108,7 +108,7 @@ pub(crate) fn deadline_pin_at(cfg: &Config, order: &[usize], job: &Job, now: Tim
     let od_boot = order
         .iter()
         .filter(|&&p| cfg.pools[p].market == Market::OnDemand)
-        .map(|&p| secs(cfg.pools[p].boot_latency_s).saturating_add(cfg.move_cost(job.data_at.as_deref(), p, gb).1))
+        .map(|&p| secs(cfg.pools[p].boot_latency_s).saturating_add(cfg.move_cost(job.data_at(), p, gb).1))
         .min()?;
     let tier = &cfg.tiers[job.tier];
     let keep = match cfg.policy.deadline_policy {

@@ -21,27 +21,30 @@ impl Engine {
     /// region; the first start of a job without a data region only notes where its data now is.
     pub(crate) fn move_data(&mut self, id: JobId, pool: usize) {
         let j = &mut self.c.jobs[id.0 as usize];
-        j.transfer_ms = 0;
-        j.transfer_usd = 0.0;
+        if let Some(d) = j.data.as_deref_mut() {
+            d.transfer_ms = 0;
+            d.transfer_usd = 0.0;
+        }
         let Some(gb) = j.spec.checkpoint_gb.filter(|&g| g > 0.0) else { return };
         let Some(to) = self.cfg.pools[pool].region.clone() else { return };
-        if j.data_at.as_deref() == Some(to.as_str()) {
+        let d = j.data_mut();
+        if d.at.as_deref() == Some(to.as_str()) {
             return;
         }
-        if j.data_copy.as_deref() == Some(to.as_str()) {
+        if d.copy.as_deref() == Some(to.as_str()) {
             // The copy there is still current: starting there moves nothing, and the other copy stays current.
-            std::mem::swap(&mut j.data_at, &mut j.data_copy);
+            std::mem::swap(&mut d.at, &mut d.copy);
             return;
         }
-        let (usd, ms) = self.cfg.move_cost(j.data_at.as_deref(), pool, gb);
-        let from = j.data_at.replace(to.clone());
+        let (usd, ms) = self.cfg.move_cost(d.at.as_deref(), pool, gb);
+        let from = d.at.replace(to.clone());
         // The source keeps its copy: until the job writes a checkpoint here, a start there is free again.
-        j.data_copy = from.clone();
+        d.copy = from.clone();
         if usd <= 0.0 && ms <= 0 {
             return;
         }
-        j.transfer_ms = ms;
-        j.transfer_usd = usd;
+        d.transfer_ms = ms;
+        d.transfer_usd = usd;
         let (team, tier) = (j.team, j.tier);
         self.c.ledger.book_egress(team, tier, usd);
         self.c.counters.data_moves += 1;
@@ -61,19 +64,21 @@ impl Engine {
 /// as the share of the transfer time that passed), for the caller to take back.
 pub(crate) fn attempt_ended(job: &mut Job, now: Time, saved: bool) -> f64 {
     let arrived = job.work_start().is_none_or(|w| w <= now);
+    let start = job.attempt_start;
+    let Some(d) = job.data.as_deref_mut() else { return 0.0 };
     let mut unsent = 0.0;
     if !arrived {
-        if let Some(source) = job.data_copy.take() {
-            job.data_at = Some(source);
+        if let Some(source) = d.copy.take() {
+            d.at = Some(source);
         }
-        if let Some(start) = job.attempt_start.filter(|_| job.transfer_ms > 0) {
-            let sent = ((now - start) as f64 / job.transfer_ms as f64).clamp(0.0, 1.0);
-            unsent = job.transfer_usd * (1.0 - sent);
+        if let Some(start) = start.filter(|_| d.transfer_ms > 0) {
+            let sent = ((now - start) as f64 / d.transfer_ms as f64).clamp(0.0, 1.0);
+            unsent = d.transfer_usd * (1.0 - sent);
         }
     } else if saved {
-        job.data_copy = None;
+        d.copy = None;
     }
-    job.transfer_usd = 0.0;
+    d.transfer_usd = 0.0;
     unsent
 }
 
@@ -85,7 +90,7 @@ pub(crate) fn may_move(job: &Job) -> bool {
 
 /// Returns the size (GB) and region of job `job`'s data, when it declares a size and its data has a region.
 fn data_of(job: &Job) -> Option<(f64, &str)> {
-    Some((job.spec.checkpoint_gb.filter(|&g| g > 0.0)?, job.data_at.as_deref()?))
+    Some((job.spec.checkpoint_gb.filter(|&g| g > 0.0)?, job.data_at()?))
 }
 
 /// Returns `order` as job `job` should try it at `now` when starting in some of its pools moves its data: fixed
@@ -163,7 +168,7 @@ impl<'a> MovePrice<'a> {
         let (gb, from) = data_of(job)?;
         let hours = job.remaining_work_ms(now).filter(|&r| r > 0).unwrap_or(HOUR_MS) as f64 / HOUR_MS as f64;
         let (gpus, workers) = (f64::from(job.total_gpus().max(1)), f64::from(job.gang.workers.max(1)));
-        let copy = job.data_copy.as_deref();
+        let copy = job.data_copy();
         Some(MovePrice { c, cfg, order, gb, from, copy, gpus, workers, hours })
     }
 

@@ -6,7 +6,7 @@
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::event::{Action, Decision, DecisionKind, Event, StopReason, job_subject};
-use crate::model::{Gang, Job, JobId, JobSpec, JobState, NodeId, NodeState, PendingReason};
+use crate::model::{Gang, Job, JobData, JobId, JobSpec, JobState, NodeId, NodeState, PendingReason};
 use crate::state::{Engine, WakeAt};
 use crate::time::Time;
 
@@ -58,6 +58,11 @@ impl Engine {
     /// Returns the cluster state (jobs, nodes, teams, ledger, counters).
     pub fn cluster(&self) -> &Cluster {
         &self.c
+    }
+    /// Makes room for `more` jobs to be submitted without growing the job table on the way (a replay knows its
+    /// job count; doubling would leave up to half the table unused at its peak).
+    pub fn reserve_jobs(&mut self, more: usize) {
+        self.c.jobs.reserve_exact(more);
     }
     /// Returns the job with `id`.
     pub fn job(&self, id: JobId) -> Option<&Job> {
@@ -123,7 +128,7 @@ impl Engine {
             kind: self.queue.kind(spec.gpus_per_worker, spec.gpu_model.as_deref()),
             deadline_governs: spec.deadline.is_some() && spec.expected_duration_ms.is_some() && spot_fits,
         };
-        let data_at = spec.data_region.clone();
+        let data = spec.data_region.clone().map(|at| Box::new(JobData { at: Some(at), ..JobData::default() }));
         self.c.jobs.push(Job {
             id,
             gang,
@@ -151,10 +156,7 @@ impl Engine {
             pinned_on_demand: false,
             spot_only_until: None,
             not_grown: None,
-            data_at,
-            data_copy: None,
-            transfer_ms: 0,
-            transfer_usd: 0.0,
+            data,
         });
         id
     }

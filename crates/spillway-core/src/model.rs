@@ -155,11 +155,19 @@ pub struct Job {
     pub saved_work_ms: Millis,
     /// How the attempt that ended the job exited, when its process reported it.
     pub exit: Option<Exit>,
+    /// Where its data is and what its current attempt's move of it costs: only a job with a data region or one
+    /// that has moved data has it, kept out of line because every pass reads the fields above of every queued job.
+    pub data: Option<Box<JobData>>,
+}
+
+/// Where a job's data is, and the move its current attempt makes (see `data_move`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobData {
     /// The region its data and latest checkpoint are in: the spec's `data_region`, then where it last started.
-    pub data_at: Option<String>,
-    /// A region that still holds a copy identical to `data_at`'s: where the last move came from, until the job
+    pub at: Option<String>,
+    /// A region that still holds a copy identical to `at`'s: where the last move came from, until the job
     /// writes a checkpoint after it (a start there moves nothing).
-    pub data_copy: Option<String>,
+    pub copy: Option<String>,
     /// Time at the start of the current attempt spent moving its data in from another region (no progress).
     pub transfer_ms: Millis,
     /// Egress booked for that move (USD), for the part never sent when the attempt ends before it arrived.
@@ -218,7 +226,27 @@ impl Job {
 
     /// Returns when its current attempt's work starts: once its data is in (its checkpoints count from there).
     pub fn work_start(&self) -> Option<Time> {
-        self.attempt_start.map(|s| s.saturating_add(self.transfer_ms))
+        self.attempt_start.map(|s| s.saturating_add(self.transfer_ms()))
+    }
+
+    /// Returns the region its data is in, if known.
+    pub fn data_at(&self) -> Option<&str> {
+        self.data.as_ref()?.at.as_deref()
+    }
+
+    /// Returns the region that still holds a current copy of its data, if any.
+    pub fn data_copy(&self) -> Option<&str> {
+        self.data.as_ref()?.copy.as_deref()
+    }
+
+    /// Returns the time its current attempt spends moving data in (0 when it moves none).
+    pub fn transfer_ms(&self) -> Millis {
+        self.data.as_ref().map_or(0, |d| d.transfer_ms)
+    }
+
+    /// Returns its data's place, made empty when it had none.
+    pub fn data_mut(&mut self) -> &mut JobData {
+        self.data.get_or_insert_with(Box::default)
     }
 
     /// Returns the work the current attempt would lose if stopped at `now`: time since its last checkpoint

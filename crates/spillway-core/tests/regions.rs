@@ -110,8 +110,8 @@ fn a_job_moves_its_data_to_a_cheaper_region_only_when_its_remaining_work_pays_th
     let l = &h.e.cluster().ledger;
     assert!((l.egress_usd - 40.0).abs() < 1e-9, "only the long job moved: ${}", l.egress_usd);
     assert_eq!(h.records_of(DecisionKind::JobStarted, "data_moved").len(), 1);
-    assert_eq!((h.job(short).transfer_ms, h.job(long).transfer_ms), (0, 1_600_000));
-    assert_eq!(h.job(long).data_at.as_deref(), Some("us-west-2"));
+    assert_eq!((h.job(short).transfer_ms(), h.job(long).transfer_ms()), (0, 1_600_000));
+    assert_eq!(h.job(long).data_at(), Some("us-west-2"));
     // The transfer makes no progress: the long job's work starts once its data is in.
     h.at(60.0 + 1_600.0);
     assert_eq!(h.job(long).remaining_work_ms(h.now), Some(100 * 3_600_000));
@@ -227,7 +227,7 @@ fn a_transfer_cut_short_leaves_the_data_where_it_was_and_an_unchanged_copy_moves
         h.at(lost_at).event(Event::NodeLost { node });
         h.drain();
         let j = h.job(job);
-        assert_eq!((j.data_at.as_deref(), j.data_copy.as_deref()), (Some(data_at), copy), "lost at {lost_at} s");
+        assert_eq!((j.data_at(), j.data_copy()), (Some(data_at), copy), "lost at {lost_at} s");
         // The transfer was paid once (a transfer cut short only for what it sent), and lost no work.
         let sent = ((lost_at - 60.0) / 1_600.0_f64).min(1.0);
         let egress = h.e.cluster().ledger.egress_usd;

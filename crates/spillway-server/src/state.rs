@@ -499,7 +499,7 @@ impl State {
             region: self.attempt_region(j),
             // Set only when this attempt's start moved the data (its transfer time is the engine's estimate of
             // the copy); a start where a current copy is moves nothing.
-            data_from: j.data_copy.clone().filter(|_| j.transfer_ms > 0),
+            data_from: j.data_copy().filter(|_| j.transfer_ms() > 0).map(str::to_string),
         }
     }
 

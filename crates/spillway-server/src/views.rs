@@ -159,7 +159,7 @@ pub fn job(st: &State, j: &Job, now: Time) -> JobView {
         cost_usd: attempts.iter().fold(0.0, |acc, a| acc + a.cost_usd),
         attempts,
         checkpoint_gb: j.spec.checkpoint_gb,
-        data_region: j.data_at.clone(),
+        data_region: j.data_at().map(str::to_string),
     }
 }
 

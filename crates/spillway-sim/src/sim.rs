@@ -247,6 +247,7 @@ impl<'a> Sim<'a> {
         let t0 = cfg.start_ms;
         let mut engine = Engine::new(cfg.clone(), t0);
         engine.set_recording(opts.record);
+        engine.reserve_jobs(jobs.len());
         let span = jobs.iter().map(|j| j.submit_ms + j.duration_ms).max().unwrap_or(0);
         let sample_ms = (span / opts.samples.max(1) as i64).max(60_000);
         let mut s = Sim {
@@ -610,7 +611,7 @@ impl<'a> Sim<'a> {
                 t.speed = crate::input::speed(t.serial_fraction, placement.len() as u32, t.most_workers);
                 t.restart_ms = if t.elastic && t.started { self.opts.elastic_restart_ms.max(0) } else { 0 };
                 // Moving its data in from another region makes no progress either.
-                t.transfer_ms = self.engine.job(job).map_or(0, |j| j.transfer_ms);
+                t.transfer_ms = self.engine.job(job).map_or(0, |j| j.transfer_ms());
                 t.restart_ms = t.restart_ms.saturating_add(t.transfer_ms);
                 t.started = true;
                 t.gpus = placement.iter().map(|&(_, g)| i64::from(g)).sum();

@@ -83,6 +83,8 @@ struct Pass<'a> {
     due_offsets: Vec<Option<Option<Time>>>,
     /// Per tier and access: whether such a job may use a pool that can launch a node now.
     buys: Vec<Option<bool>>,
+    /// Per tier: its waiting budget where that does not grow with a job's size (worked out once per pass).
+    fixed_wait: Vec<Option<Time>>,
     /// Shapes that found no placement, or no victims, in this pass (see `shape`).
     no_room: Failed,
     /// Shapes that found no room where that depends on a job's end (inside its budget, or beside held nodes), by
@@ -194,6 +196,13 @@ impl<'a> Pass<'a> {
             grows,
             due_offsets: vec![None; cfg.tiers.len() * 4],
             buys: vec![None; cfg.tiers.len() * 4],
+            fixed_wait: cfg
+                .tiers
+                .iter()
+                .map(|t| {
+                    (t.burst_wait_per_gpu_hour_s <= 0.0).then(|| crate::wait_budget::budget(t, 0, None, None).wait_ms)
+                })
+                .collect(),
             no_room: Failed::default(),
             no_room_by_end: Failed::default(),
             shadows: Vec::new(),
@@ -275,7 +284,8 @@ impl<'a> Pass<'a> {
         let burst_at = if job.attempt > 0 {
             now
         } else {
-            job.queued_since.saturating_add(crate::budget_place::budget_of(c, cfg, job))
+            let budget = self.fixed_wait[job.tier].unwrap_or_else(|| crate::budget_place::budget_of(c, cfg, job));
+            job.queued_since.saturating_add(budget)
         };
         // Inside its waiting budget a job starts only where it adds no cloud spending, and any job only on a node
         // held for a waiting gang if it ends before the gang could start there (see `budget_place`): then where
@@ -337,7 +347,7 @@ impl<'a> Pass<'a> {
         if let Some(at) = on_demand_opens_at(cfg, job, now) {
             wake.at(at);
         }
-        if !job.interruptible {
+        if !job.interruptible || job.spec.deadline.is_none() {
             return;
         }
         match crate::access::deadline_pin_at(cfg, &self.pool_order[job.tier], job, now) {
