@@ -115,6 +115,12 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     }
     if let Some(r) = &spec.data_region {
         crate::config::check_region(r).map_err(SubmitError::BadRegion)?;
+        // A region alone would be kept and shown, yet never weighed: refused, so a user does not think it is.
+        if spec.checkpoint_gb.is_none() {
+            let why = "needs checkpoint_gb (the GB a start in another region moves; 0 for none): without it the \
+                region is never weighed";
+            return Err(SubmitError::BadRegion(why.into()));
+        }
     }
     let largest = cfg.largest_node_gpus(tier, spec.gpu_model.as_deref());
     if let (0, Some(model)) = (largest, &spec.gpu_model) {

@@ -608,6 +608,8 @@ fn submissions_outside_the_limits_are_refused_naming_the_field() {
         (with("checkpoint_gb", json!(1e300)), "checkpoint_gb"),
         (with("data_region", json!("  ")), "data_region"),
         (with("data_region", json!("US-EAST-1")), "data_region"),
+        // A region without a size would never be weighed.
+        (with("data_region", json!("us-east-1")), "data_region"),
     ];
     for (body, field) in &cases {
         let shown: String = body.to_string().chars().take(120).collect();
