@@ -29,7 +29,8 @@ pub enum EventError {
 }
 
 pub use crate::spec_check::{
-    CHECKPOINT_INTERVAL_MS, DEADLINE_MS, EXPECTED_DURATION_MS, MAX_LABEL_BYTES, MAX_NAME_BYTES, SubmitError, check_spec,
+    CHECKPOINT_INTERVAL_MS, DEADLINE_MS, EXPECTED_DURATION_MS, MAX_LABEL_BYTES, MAX_NAME_BYTES, SubmitError,
+    check_new_spec, check_spec,
 };
 
 impl Engine {

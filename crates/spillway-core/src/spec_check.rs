@@ -84,6 +84,20 @@ pub const EXPECTED_DURATION_MS: std::ops::RangeInclusive<i64> = 1..=3_652 * DAY_
 pub const DEADLINE_MS: std::ops::RangeInclusive<i64> = 0..=253_402_300_799_999;
 const DAY_MS: i64 = 86_400_000;
 
+/// Checks a new submission and returns its tier index: what [`check_spec`] checks, and the rules added after jobs
+/// were first logged, which a daemon replaying its log must not apply to jobs it accepted before them (it would
+/// fail them): a `data_region` needs a `checkpoint_gb`.
+pub fn check_new_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
+    let tier = check_spec(cfg, spec)?;
+    // A region alone would be kept and shown, yet never weighed: refused, so a user does not think it is.
+    if spec.data_region.is_some() && spec.checkpoint_gb.is_none() {
+        let why = "needs checkpoint_gb (the GB a start in another region moves; 0 for none): without it the region \
+            is never weighed";
+        return Err(SubmitError::BadRegion(why.into()));
+    }
+    Ok(tier)
+}
+
 /// Checks a job spec against a config and returns its tier index: text fields within their lengths, the tier
 /// exists, sizes non-zero, times within their ranges, a worker fits the largest node its tier may use, the gang's
 /// GPU count fits a `u32`, some single pool it may use could ever hold the whole gang, and the gang fits its
@@ -115,12 +129,6 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     }
     if let Some(r) = &spec.data_region {
         crate::config::check_region(r).map_err(SubmitError::BadRegion)?;
-        // A region alone would be kept and shown, yet never weighed: refused, so a user does not think it is.
-        if spec.checkpoint_gb.is_none() {
-            let why = "needs checkpoint_gb (the GB a start in another region moves; 0 for none): without it the \
-                region is never weighed";
-            return Err(SubmitError::BadRegion(why.into()));
-        }
     }
     let largest = cfg.largest_node_gpus(tier, spec.gpu_model.as_deref());
     if let (0, Some(model)) = (largest, &spec.gpu_model) {

@@ -292,3 +292,21 @@ region = "us-west-2"
     let acts = h.drain();
     assert!(started(&acts, a).is_some(), "a starts at 60 s beside b: {acts:?}");
 }
+
+/// A data region without a size is refused when submitted (it would never be weighed), but a job a daemon logged
+/// with one before that rule is still accepted when the daemon replays its log: nothing accepted is lost.
+#[test]
+fn a_region_without_a_size_is_refused_when_new_but_kept_when_replayed() {
+    let mut h = Harness::new(REGIONS);
+    let mut s = spec("p1", 8, 1);
+    s.data_region = Some("us-east-1".into());
+    let err = spillway_core::check_new_spec(h.e.config(), &s).expect_err("a region without a size is refused");
+    assert_eq!(err.field(), "data_region", "{err}");
+    assert!(err.to_string().contains("checkpoint_gb"), "{err}");
+    // The replay path (Engine::submit) keeps it, as it was accepted then.
+    let now = h.e.now();
+    let id = h.e.submit(now, s.clone()).expect("replayed as accepted");
+    assert_eq!(h.job(id).data_at(), Some("us-east-1"));
+    s.checkpoint_gb = Some(0.0);
+    assert!(spillway_core::check_new_spec(h.e.config(), &s).is_ok(), "0 GB says nothing moves");
+}

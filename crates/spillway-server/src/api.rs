@@ -290,7 +290,7 @@ async fn submit(State(s): S, headers: HeaderMap, body: Bytes) -> ApiResult<Respo
     let command = JobCommand { argv: req.argv, env: req.env, workdir: req.workdir };
     let mut st = s.state();
     // Check everything the engine would refuse before anything is logged: a refused job stores nothing.
-    spillway_core::check_spec(st.engine.config(), &spec).map_err(|e| submit_error(&e))?;
+    spillway_core::check_new_spec(st.engine.config(), &spec).map_err(|e| submit_error(&e))?;
     // A team's unfinished work is bounded, so one token cannot grow the daemon's memory without end.
     if let Err((jobs, bytes)) = st.backlog_room(&spec.team, command.bytes()) {
         let msg = format!(

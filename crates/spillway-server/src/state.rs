@@ -253,7 +253,7 @@ impl State {
             return Err(ApplyError::Stopped(f.clone()));
         }
         if let Entry::Submit { spec, .. } = &entry {
-            spillway_core::check_spec(self.engine.config(), spec).map_err(|e| ApplyError::Engine(e.to_string()))?;
+            spillway_core::check_new_spec(self.engine.config(), spec).map_err(|e| ApplyError::Engine(e.to_string()))?;
         }
         self.log(now, &entry)?;
         let result = self.apply_entry(now, entry);

@@ -3,7 +3,7 @@
 
 use crate::trace::{Trace, TraceError, TraceJob};
 use spillway_core::time::{Millis, secs};
-use spillway_core::{Config, JobSpec, SubmitError, check_spec};
+use spillway_core::{Config, JobSpec, SubmitError, check_new_spec};
 
 /// One job to replay: when it arrives, how long it runs, and what it asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,7 +37,7 @@ pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceErro
     let mut out = Vec::with_capacity(trace.jobs.len());
     for j in &trace.jobs {
         let spec = spec_of(j, cfg.start_ms);
-        if let Err(e) = check_spec(cfg, &spec) {
+        if let Err(e) = check_new_spec(cfg, &spec) {
             let column = trace_column(&e);
             return Err(TraceError::Row {
                 file: trace.source.clone(),
