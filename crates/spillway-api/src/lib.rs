@@ -199,6 +199,9 @@ fn env_name(k: &str) -> bool {
 /// Spillway's: a job may not set them (the agent drops them from older jobs' environments too).
 pub const RESERVED_ENV: [&str; 2] = ["SPILLWAY_REGION", "SPILLWAY_DATA_FROM"];
 
+/// The prefix of the job contract's variables: a submitted job may set none of them.
+pub const CONTRACT_ENV_PREFIX: &str = "SPILLWAY_";
+
 /// Checks the environment: entry count, names, value sizes, reserved names and the total.
 fn check_env(env: &BTreeMap<String, String>) -> Result<(), ErrorBody> {
     use limits::*;
@@ -216,10 +219,12 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<(), ErrorBody> {
             // The name goes into the message escaped, so a control character cannot garble a terminal.
             return Err(refuse("env", format!("env name {k:?} is not [A-Za-z_][A-Za-z0-9_]*")));
         }
-        if RESERVED_ENV.contains(&k.as_str()) {
+        if k.starts_with(CONTRACT_ENV_PREFIX) {
+            // Spillway sets these for each attempt: a job's own value would be overridden without a word, or (for
+            // the ones set only on some attempts) read as Spillway's.
             return Err(refuse(
                 "env",
-                format!("{k} is set by Spillway for each attempt (its absence means something)"),
+                format!("{k}: names starting with {CONTRACT_ENV_PREFIX} are the job contract's, set by Spillway"),
             ));
         }
         check_str(&format!("env.{k}"), v, MAX_ENV_VALUE_BYTES)?;
@@ -698,14 +703,17 @@ mod tests {
     }
 
     #[test]
-    fn a_job_may_not_set_the_variables_spillway_sets_only_sometimes() {
+    fn a_job_may_not_set_the_job_contracts_variables() {
+        for name in ["SPILLWAY_NODE", "SPILLWAY_DATA_FROM", "SPILLWAY_CHECKPOINT_DIR", "SPILLWAY_ANYTHING"] {
+            let mut j = submit();
+            j.env.insert(name.into(), "mine".into());
+            let e = j.check().unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("env"), "{name}");
+            assert!(e.error.contains(name), "{}", e.error);
+        }
         let mut j = submit();
-        j.env.insert("SPILLWAY_NODE".into(), "mine".into());
-        assert_eq!(j.check(), Ok(()), "always overridden: harmless");
-        j.env.insert("SPILLWAY_DATA_FROM".into(), "us-east-1".into());
-        let e = j.check().unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("env"));
-        assert!(e.error.contains("SPILLWAY_DATA_FROM"), "{}", e.error);
+        j.env.insert("spillway_node".into(), "mine".into());
+        assert_eq!(j.check(), Ok(()), "another variable (names are case-sensitive)");
     }
 
     #[test]

@@ -324,6 +324,20 @@ fn cases() -> Vec<Case> {
             piece: "-nan is not a number",
         },
         Case {
+            rule: "a price of an instance type past any real one (its costs would overflow to inf)",
+            text: replace("spot_usd_per_hour = 5.0", "spot_usd_per_hour = 1e308"),
+            key: "instance_types[0].spot_usd_per_hour",
+            line_of: ("spot_usd_per_hour = 1e308", 0),
+            piece: "from 0 to 1000000",
+        },
+        Case {
+            rule: "an owned GPU's price past any real one",
+            text: replace("gpu_usd_per_hour = 1.0", "gpu_usd_per_hour = 1e300"),
+            key: "pools[0].gpu_usd_per_hour",
+            line_of: ("gpu_usd_per_hour = 1e300", 0),
+            piece: "from 0 to 1000000",
+        },
+        Case {
             rule: "a negative utilization warm-up",
             text: replace("max_nodes = 4", "max_nodes = 4\nutilization_warmup_s = -1.0"),
             key: "pools[1].utilization_warmup_s",

@@ -137,6 +137,11 @@ fn regions_and_zone_prices_are_checked_with_the_key_at_fault() {
         let e = bad("zone = \"us-west-2b\"", &format!("zone = \"{zone}\""));
         assert!(e.contains(".zone") && e.contains("a-z, 0-9"), "zone {zone:?}: {e}");
     }
+    let no_region = spillway_core::Config::parse("r.toml", &REGIONS.replace("region = \"us-west-2\"", "")).unwrap();
+    let w = no_region.warnings();
+    assert!(w.iter().any(|w| w.contains("pools[2] (spot-west): no region")), "{w:?}");
+    let e = bad("zone = \"us-west-2b\"", "zone = \"eu-west-1a\"");
+    assert!(e.contains("pools[2].zone") && e.contains("not in region `us-west-2`"), "{e}");
     let e = bad("name = \"od-east\"", "name = \"od-east\"\nspot_usd_per_hour = { a8 = 1.0 }");
     assert!(e.contains("pools[0].spot_usd_per_hour"), "{e}");
     let e = bad("spot_usd_per_hour = { a8 = 9.0 }", "spot_usd_per_hour = { b8 = 9.0 }");

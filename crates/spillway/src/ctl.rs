@@ -267,7 +267,7 @@ pub struct SubmitArgs {
     #[arg(long, value_parser = positive_secs)]
     expected_duration_s: Option<f64>,
     /// Size of its checkpoint and data in GB: a start in a pool of another region moves them (egress, transfer).
-    #[arg(long)]
+    #[arg(long, value_parser = gigabytes)]
     checkpoint_gb: Option<f64>,
     /// The region its data is in before its first start (`us-east-1`).
     #[arg(long)]
@@ -611,6 +611,15 @@ fn positive_secs(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Parses a size in GB: a finite number >= 0 (a non-finite one would reach the daemon as `null`, dropping the size).
+fn gigabytes(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        Ok(x) => Err(format!("{x} is not a size in GB (a finite number >= 0)")),
+        Err(e) => Err(format!("`{s}`: {e}")),
+    }
+}
+
 /// Returns the seconds since the Unix epoch (the CLI, unlike the core, may read the clock: ages are shown against it).
 #[allow(clippy::disallowed_methods)]
 pub fn now() -> f64 {
@@ -738,6 +747,10 @@ fn job_detail(j: &JobView, now: f64) -> String {
     );
     if let Some(d) = &j.pending_detail {
         out += &format!("   Waiting={d}\n");
+    }
+    if j.checkpoint_gb.is_some() || j.data_region.is_some() {
+        let gb = j.checkpoint_gb.map_or("-".into(), |g| format!("{g}GB"));
+        out += &format!("   Data={gb} DataRegion={}\n", j.data_region.as_deref().unwrap_or("-"));
     }
     for a in &j.attempts {
         out += &format!(

@@ -42,6 +42,14 @@ fn non_finite_numbers_are_refused_not_dropped() {
 }
 
 #[test]
+fn a_checkpoint_size_flag_must_be_a_finite_size() {
+    for bad in ["nan", "inf", "-inf", "-5", "x"] {
+        assert!(gigabytes(bad).is_err(), "{bad} accepted");
+    }
+    assert_eq!((gigabytes("0"), gigabytes(" 50.5 ")), (Ok(0.0), Ok(50.5)));
+}
+
+#[test]
 fn flags_override_the_file() {
     let f = parse_job_file(Path::new("job.toml"), GOOD).unwrap_or_default();
     let args = SubmitArgs {
@@ -211,6 +219,13 @@ fn a_job_that_exited_shows_its_code_or_signal() {
     let queued = JobView { state: "queued".into(), pending_reason: Some("no_capacity".into()), ..JobView::default() };
     assert!(job_detail(&queued, 0.0).contains("State=queued Reason=no_capacity"), "{}", job_detail(&queued, 0.0));
     assert!(!job_detail(&queued, 0.0).contains("ExitCode"));
+}
+
+#[test]
+fn jobs_show_tells_where_a_jobs_data_is() {
+    let j = JobView { checkpoint_gb: Some(50.0), data_region: Some("us-east-1".into()), ..JobView::default() };
+    assert!(job_detail(&j, 0.0).contains("Data=50GB DataRegion=us-east-1"), "{}", job_detail(&j, 0.0));
+    assert!(!job_detail(&JobView::default(), 0.0).contains("Data="));
 }
 
 #[test]

@@ -146,6 +146,10 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
     })
 }
 
+/// The highest price per hour a config may give a node type or an owned GPU: far above any real one, low enough
+/// that a year of a large cluster's costs stays a finite number a report can print.
+const MAX_USD_PER_HOUR: f64 = 1.0e6;
+
 fn resolve_tiers(cx: &Ctx, raw: &RawConfig) -> Result<Vec<Tier>, ConfigError> {
     let mut tiers = default_tiers();
     for (name, spec) in &raw.tiers {
@@ -253,12 +257,13 @@ fn check_instance_types(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
         if it.gpus == 0 {
             return Err(cx.err("instance_types", Some(i), "gpus", "must be at least 1".into()));
         }
-        let bad = |p: f64| !(p >= 0.0 && p.is_finite());
+        let bad = |p: f64| !(0.0..=MAX_USD_PER_HOUR).contains(&p);
+        let why = || format!("must be a price from 0 to {MAX_USD_PER_HOUR} USD an hour");
         if bad(it.on_demand_usd_per_hour) {
-            return Err(cx.err("instance_types", Some(i), "on_demand_usd_per_hour", "must be a price >= 0".into()));
+            return Err(cx.err("instance_types", Some(i), "on_demand_usd_per_hour", why()));
         }
         if it.spot_usd_per_hour.is_some_and(bad) {
-            return Err(cx.err("instance_types", Some(i), "spot_usd_per_hour", "must be a price >= 0".into()));
+            return Err(cx.err("instance_types", Some(i), "spot_usd_per_hour", why()));
         }
     }
     Ok(())
@@ -328,6 +333,11 @@ fn check_pool_place(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigErr
     }
     if let Some(z) = &p.zone {
         super::network::check_place(z, "zone", "us-east-1a").map_err(|m| e("zone", m))?;
+        // A zone without a region is allowed (an AWS daemon's pools are in its provider's region); with one, the
+        // zone must be in it.
+        if let Some(r) = p.region.as_ref().filter(|r| !(z.len() > r.len() && z.starts_with(r.as_str()))) {
+            return Err(e("zone", format!("`{z}` is not in region `{r}` (a zone's name starts with its region's)")));
+        }
     }
     if !p.spot_usd_per_hour.is_empty() && p.market != Market::Spot {
         return Err(e("spot_usd_per_hour", "is for spot pools".into()));
@@ -450,8 +460,9 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
 /// Checks a pool's numbers that must be finite and non-negative, whatever its market (a fixed pool ignores most
 /// of them, but a value written must still make sense).
 fn check_pool_numbers(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigError> {
-    if !(p.gpu_usd_per_hour >= 0.0 && p.gpu_usd_per_hour.is_finite()) {
-        return Err(cx.err("pools", Some(i), "gpu_usd_per_hour", "must be a price >= 0".into()));
+    if !(0.0..=MAX_USD_PER_HOUR).contains(&p.gpu_usd_per_hour) {
+        let why = format!("must be a price from 0 to {MAX_USD_PER_HOUR} USD an hour");
+        return Err(cx.err("pools", Some(i), "gpu_usd_per_hour", why));
     }
     for (key, v) in [
         ("boot_latency_s", p.boot_latency_s),

@@ -6,7 +6,8 @@ use super::{Config, Market};
 impl Config {
     /// Returns a warning, in words, for each likely mistake: spot priced at or above on-demand; a tier whose jobs
     /// may only use owned nodes or cloud pools whose simulated `capacity` is 0, which never grow, so work beyond
-    /// them waits for ever; a waiting budget capped below its fixed part; a schedule whose window never opens.
+    /// them waits for ever; a waiting budget capped below its fixed part; a cloud pool without a region beside pools with one; a
+    /// schedule whose window never opens.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (i, t) in self.instance_types.iter().enumerate() {
@@ -44,6 +45,16 @@ impl Config {
                      beyond that waits; add a cloud pool of a market it may use",
                     t.name,
                     t.markets.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        if self.pools.iter().any(|p| p.region.is_some()) {
+            for (i, p) in self.pools.iter().enumerate().filter(|(_, p)| p.market != Market::Fixed && p.region.is_none())
+            {
+                out.push(format!(
+                    "pools[{i}] ({}): no region, while other pools have one: a job with data starts there without \
+                     moving it (data moves and egress go by region)",
+                    p.name
                 ));
             }
         }
