@@ -498,6 +498,10 @@ pub struct CostView {
     pub until: Option<f64>,
     pub total_usd: f64,
     pub idle_usd: f64,
+    /// Egress paid for moving jobs' data between regions (in the total and the team and tier rows, in no pool's
+    /// or market's).
+    #[serde(default)]
+    pub egress_usd: f64,
     pub by_team: BTreeMap<String, f64>,
     pub by_tier: BTreeMap<String, f64>,
     pub by_pool: BTreeMap<String, f64>,

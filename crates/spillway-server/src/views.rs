@@ -224,7 +224,8 @@ pub fn cost_rate(st: &State) -> CostView {
 fn cost_view(st: &State, l: &spillway_core::ledger::Ledger) -> CostView {
     let cfg = st.engine.config();
     let c = st.engine.cluster();
-    let mut v = CostView { total_usd: l.total_usd(), idle_usd: l.idle_usd(), ..CostView::default() };
+    let mut v =
+        CostView { total_usd: l.total_usd(), idle_usd: l.idle_usd(), egress_usd: l.egress_usd, ..CostView::default() };
     for (i, t) in c.teams.iter().enumerate() {
         v.by_team.insert(t.name.clone(), l.by_team.get(i).copied().unwrap_or(0.0));
     }
@@ -282,6 +283,7 @@ fn combine(a: &CostView, b: &CostView, f: impl Fn(f64, f64) -> f64) -> CostView 
         until: None,
         total_usd: f(a.total_usd, b.total_usd),
         idle_usd: f(a.idle_usd, b.idle_usd),
+        egress_usd: f(a.egress_usd, b.egress_usd),
         by_team: each(&a.by_team, &b.by_team),
         by_tier: each(&a.by_tier, &b.by_tier),
         by_pool: each(&a.by_pool, &b.by_pool),

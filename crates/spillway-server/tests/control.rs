@@ -116,6 +116,11 @@ fn an_attempt_that_moved_its_data_is_told_its_region_and_where_its_checkpoint_is
     let west = Some("us-west-2".to_string());
     assert_eq!(told[&0], (west.clone(), Some("us-east-1".into())), "job 0 copies its checkpoint from us-east-1");
     assert_eq!(told[&1], (west, None), "job 1's data is where it runs: nothing to copy");
+    // The move's egress shows in the cost breakdown (and in the total), not hidden in a team's row alone.
+    let cost = spillway_server::views::cost(&st, T0 + 200);
+    let egress = st.engine.cluster().ledger.egress_usd;
+    assert!(egress > 0.0 && cost.egress_usd == egress, "egress {egress}, cost view {}", cost.egress_usd);
+    assert!(cost.total_usd >= egress, "{cost:?}");
 }
 
 #[test]

@@ -847,14 +847,15 @@ pub fn events_table(events: &[EventView]) -> String {
     render_table(&["TIME", "KIND", "SUBJECT", "REASON", "DETAIL"], &rows)
 }
 
-/// Returns the cost breakdown: one row per (group, key) with USD, total and idle first; market rows also give the
-/// node-hours paid for.
+/// Returns the cost breakdown: one row per (group, key) with USD, total, idle and egress first (egress is in no
+/// pool's or market's row); market rows also give the node-hours paid for.
 pub fn cost_table(c: &CostView) -> String {
     let usd = |v: f64| format!("{v:.2}");
     let dash = || "-".to_string();
     let mut rows = vec![
         vec!["total".to_string(), dash(), usd(c.total_usd), dash()],
         vec!["idle".to_string(), dash(), usd(c.idle_usd), dash()],
+        vec!["egress".to_string(), dash(), usd(c.egress_usd), dash()],
     ];
     for (group, map) in [("team", &c.by_team), ("tier", &c.by_tier), ("pool", &c.by_pool), ("market", &c.by_market)] {
         rows.extend(map.iter().map(|(k, v)| {

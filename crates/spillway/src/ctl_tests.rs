@@ -187,6 +187,8 @@ fn tables_have_their_columns() {
     let c = CostView { total_usd: 12.5, by_team: BTreeMap::from([("research".into(), 10.0)]), ..Default::default() };
     let t = cost_table(&c);
     assert!(t.contains("total") && t.contains("12.50") && t.contains("research") && t.contains("10.00"), "{t}");
+    let t = cost_table(&CostView { egress_usd: 1.25, ..c });
+    assert!(t.lines().any(|l| l.starts_with("egress") && l.contains("1.25")), "{t}");
 }
 
 #[test]
