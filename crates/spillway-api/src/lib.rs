@@ -335,9 +335,13 @@ pub struct JobView {
     /// Every attempt so far, in order.
     #[serde(default)]
     pub attempts: Vec<AttemptView>,
-    /// What its GPUs have cost so far: each attempt's share of its nodes' price (its GPUs over theirs).
+    /// What it has cost so far: each attempt's share of its nodes' price (its GPUs over theirs), plus the egress
+    /// of its moves of data (`egress_usd`).
     #[serde(default)]
     pub cost_usd: f64,
+    /// Egress its moves of data between regions have cost so far (part of `cost_usd`).
+    #[serde(default)]
+    pub egress_usd: f64,
     /// Size of its checkpoint and data in GB, when it declared one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_gb: Option<f64>,

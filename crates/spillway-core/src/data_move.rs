@@ -45,6 +45,7 @@ impl Engine {
         }
         d.transfer_ms = ms;
         d.transfer_usd = usd;
+        d.egress_usd += usd;
         let (team, tier) = (j.team, j.tier);
         self.c.ledger.book_egress(team, tier, usd);
         self.c.counters.data_moves += 1;
@@ -79,6 +80,7 @@ pub(crate) fn attempt_ended(job: &mut Job, now: Time, saved: bool) -> f64 {
         d.copy = None;
     }
     d.transfer_usd = 0.0;
+    d.egress_usd -= unsent;
     unsent
 }
 

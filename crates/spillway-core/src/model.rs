@@ -172,6 +172,8 @@ pub struct JobData {
     pub transfer_ms: Millis,
     /// Egress booked for that move (USD), for the part never sent when the attempt ends before it arrived.
     pub transfer_usd: f64,
+    /// Egress booked for all its moves so far, less what transfers cut short never sent (USD).
+    pub egress_usd: f64,
 }
 
 /// What a decision pass reads of every job's spec, copied when it is submitted (a spec never changes after) so a
@@ -237,6 +239,11 @@ impl Job {
     /// Returns the region that still holds a current copy of its data, if any.
     pub fn data_copy(&self) -> Option<&str> {
         self.data.as_ref()?.copy.as_deref()
+    }
+
+    /// Returns the egress its moves of data have cost so far (USD).
+    pub fn egress_usd(&self) -> f64 {
+        self.data.as_ref().map_or(0.0, |d| d.egress_usd)
     }
 
     /// Returns the time its current attempt spends moving data in (0 when it moves none).

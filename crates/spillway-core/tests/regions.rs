@@ -237,6 +237,7 @@ fn a_transfer_cut_short_leaves_the_data_where_it_was_and_an_unchanged_copy_moves
         let sent = ((lost_at - 60.0) / 1_600.0_f64).min(1.0);
         let egress = h.e.cluster().ledger.egress_usd;
         assert!((egress - 40.0 * sent).abs() < 1e-9, "lost at {lost_at} s: ${egress} of egress");
+        assert!((h.job(job).egress_usd() - egress).abs() < 1e-9, "the job's own egress is what was booked");
         let lost_h = h.e.cluster().counters.lost_gpu_ms as f64 / 3_600_000.0 / 8.0;
         let want = if lost_at < 1_660.0 { 0.0 } else { (lost_at - 1_660.0) % 1_800.0 / 3_600.0 };
         assert!((lost_h - want).abs() < 1e-6, "lost at {lost_at} s: {lost_h} h of work, want {want}");

@@ -156,7 +156,8 @@ pub fn job(st: &State, j: &Job, now: Time) -> JobView {
         exit_code,
         exit_signal,
         // Summed from +0.0 (an empty f64 sum is -0.0, shown as `-0.00`).
-        cost_usd: attempts.iter().fold(0.0, |acc, a| acc + a.cost_usd),
+        cost_usd: attempts.iter().fold(0.0, |acc, a| acc + a.cost_usd) + j.egress_usd(),
+        egress_usd: j.egress_usd(),
         attempts,
         checkpoint_gb: j.spec.checkpoint_gb,
         data_region: j.data_at().map(str::to_string),

@@ -120,6 +120,9 @@ fn an_attempt_that_moved_its_data_is_told_its_region_and_where_its_checkpoint_is
     let cost = spillway_server::views::cost(&st, T0 + 200);
     let egress = st.engine.cluster().ledger.egress_usd;
     assert!(egress > 0.0 && cost.egress_usd == egress, "egress {egress}, cost view {}", cost.egress_usd);
+    // And in the job's own cost.
+    let view = spillway_server::views::job(&st, st.engine.job(JobId(0)).unwrap(), T0 + 200);
+    assert!(view.egress_usd == egress && view.cost_usd >= egress, "{view:?}");
     assert!(cost.total_usd >= egress, "{cost:?}");
 }
 

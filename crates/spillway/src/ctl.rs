@@ -750,7 +750,8 @@ fn job_detail(j: &JobView, now: f64) -> String {
     }
     if j.checkpoint_gb.is_some() || j.data_region.is_some() {
         let gb = j.checkpoint_gb.map_or("-".into(), |g| format!("{g}GB"));
-        out += &format!("   Data={gb} DataRegion={}\n", j.data_region.as_deref().unwrap_or("-"));
+        let region = j.data_region.as_deref().unwrap_or("-");
+        out += &format!("   Data={gb} DataRegion={region} Egress=${:.2}\n", j.egress_usd);
     }
     for a in &j.attempts {
         out += &format!(

@@ -225,8 +225,13 @@ fn a_job_that_exited_shows_its_code_or_signal() {
 
 #[test]
 fn jobs_show_tells_where_a_jobs_data_is() {
-    let j = JobView { checkpoint_gb: Some(50.0), data_region: Some("us-east-1".into()), ..JobView::default() };
-    assert!(job_detail(&j, 0.0).contains("Data=50GB DataRegion=us-east-1"), "{}", job_detail(&j, 0.0));
+    let j = JobView {
+        checkpoint_gb: Some(50.0),
+        data_region: Some("us-east-1".into()),
+        egress_usd: 1.0,
+        ..JobView::default()
+    };
+    assert!(job_detail(&j, 0.0).contains("Data=50GB DataRegion=us-east-1 Egress=$1.00"), "{}", job_detail(&j, 0.0));
     assert!(!job_detail(&JobView::default(), 0.0).contains("Data="));
 }
 
