@@ -42,16 +42,22 @@ pub struct Budget {
 /// Returns the waiting budget of a job of `tier` with `gpus` GPUs in all, a declared duration (if any) and its
 /// team's history for the tier (`(mean run ms, succeeded jobs)`, if any).
 pub fn budget(tier: &Tier, gpus: u32, declared: Option<Millis>, history: Option<(Millis, u64)>) -> Budget {
-    let fixed = tier.burst_after_s.max(0.0);
-    if tier.burst_wait_per_gpu_hour_s <= 0.0 {
-        let wait_ms = secs(fixed.min(tier.burst_wait_max_s).min(1e12));
+    if let Some(wait_ms) = fixed_wait(tier) {
         return Budget { wait_ms, gpu_hours: 0.0, source: DurationSource::Unused };
     }
+    let fixed = tier.burst_after_s.max(0.0);
     let (run_ms, source) = expected_run(declared, history);
     let gpu_hours = f64::from(gpus) * run_ms.max(0) as f64 / 3.6e6;
     let wait_s = (fixed + tier.burst_wait_per_gpu_hour_s * gpu_hours).min(tier.burst_wait_max_s);
     // Capped far beyond any run (about 31 years) so the sum with a queue time cannot overflow.
     Budget { wait_ms: secs(wait_s.min(1e9)), gpu_hours, source }
+}
+
+/// Returns the waiting budget every job of `tier` gets whatever its size, when the tier's budget does not grow
+/// with size (`burst_wait_per_gpu_hour_s` is 0).
+pub fn fixed_wait(tier: &Tier) -> Option<Millis> {
+    let fixed = tier.burst_after_s.max(0.0);
+    (tier.burst_wait_per_gpu_hour_s <= 0.0).then(|| secs(fixed.min(tier.burst_wait_max_s).min(1e12)))
 }
 
 /// Returns how long a job is expected to run, and where that came from: its declared duration, else its team's

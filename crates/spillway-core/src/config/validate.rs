@@ -150,6 +150,15 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
 /// that a year of a large cluster's costs stays a finite number a report can print.
 const MAX_USD_PER_HOUR: f64 = 1.0e6;
 
+/// Checks a price per hour: from 0 to [`MAX_USD_PER_HOUR`] (NaN is outside).
+fn price(p: f64) -> Result<(), String> {
+    if (0.0..=MAX_USD_PER_HOUR).contains(&p) {
+        Ok(())
+    } else {
+        Err(format!("must be a price from 0 to {MAX_USD_PER_HOUR} USD an hour"))
+    }
+}
+
 fn resolve_tiers(cx: &Ctx, raw: &RawConfig) -> Result<Vec<Tier>, ConfigError> {
     let mut tiers = default_tiers();
     for (name, spec) in &raw.tiers {
@@ -257,13 +266,9 @@ fn check_instance_types(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
         if it.gpus == 0 {
             return Err(cx.err("instance_types", Some(i), "gpus", "must be at least 1".into()));
         }
-        let bad = |p: f64| !(0.0..=MAX_USD_PER_HOUR).contains(&p);
-        let why = || format!("must be a price from 0 to {MAX_USD_PER_HOUR} USD an hour");
-        if bad(it.on_demand_usd_per_hour) {
-            return Err(cx.err("instance_types", Some(i), "on_demand_usd_per_hour", why()));
-        }
-        if it.spot_usd_per_hour.is_some_and(bad) {
-            return Err(cx.err("instance_types", Some(i), "spot_usd_per_hour", why()));
+        price(it.on_demand_usd_per_hour).map_err(|m| cx.err("instance_types", Some(i), "on_demand_usd_per_hour", m))?;
+        if let Some(p) = it.spot_usd_per_hour {
+            price(p).map_err(|m| cx.err("instance_types", Some(i), "spot_usd_per_hour", m))?;
         }
     }
     Ok(())
@@ -346,8 +351,11 @@ fn check_pool_place(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigErr
         if !p.instance_types.contains(name) {
             return Err(e("spot_usd_per_hour", format!("names `{name}`, which the pool does not allow")));
         }
-        if !(price > 0.0 && price <= 1.0e6) {
-            return Err(e("spot_usd_per_hour", format!("`{name}` costs {price:e}: must be a price in (0, 1000000]")));
+        if !(price > 0.0 && price <= MAX_USD_PER_HOUR) {
+            return Err(e(
+                "spot_usd_per_hour",
+                format!("`{name}` costs {price:e}: must be a price in (0, {MAX_USD_PER_HOUR}]"),
+            ));
         }
     }
     Ok(())
@@ -460,10 +468,7 @@ fn check_pools(cx: &Ctx, raw: &RawConfig, tiers: &[Tier]) -> Result<(), ConfigEr
 /// Checks a pool's numbers that must be finite and non-negative, whatever its market (a fixed pool ignores most
 /// of them, but a value written must still make sense).
 fn check_pool_numbers(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigError> {
-    if !(0.0..=MAX_USD_PER_HOUR).contains(&p.gpu_usd_per_hour) {
-        let why = format!("must be a price from 0 to {MAX_USD_PER_HOUR} USD an hour");
-        return Err(cx.err("pools", Some(i), "gpu_usd_per_hour", why));
-    }
+    price(p.gpu_usd_per_hour).map_err(|m| cx.err("pools", Some(i), "gpu_usd_per_hour", m))?;
     for (key, v) in [
         ("boot_latency_s", p.boot_latency_s),
         ("idle_timeout_s", p.idle_timeout_s),

@@ -6,8 +6,8 @@ use super::{Config, Market};
 impl Config {
     /// Returns a warning, in words, for each likely mistake: spot priced at or above on-demand; a tier whose jobs
     /// may only use owned nodes or cloud pools whose simulated `capacity` is 0, which never grow, so work beyond
-    /// them waits for ever; a waiting budget capped below its fixed part; a cloud pool without a region beside pools with one; a
-    /// schedule whose window never opens.
+    /// them waits for ever; a waiting budget capped below its fixed part; a cloud pool without a region beside
+    /// pools with one; a schedule whose window never opens.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (i, t) in self.instance_types.iter().enumerate() {

@@ -196,13 +196,7 @@ impl<'a> Pass<'a> {
             grows,
             due_offsets: vec![None; cfg.tiers.len() * 4],
             buys: vec![None; cfg.tiers.len() * 4],
-            fixed_wait: cfg
-                .tiers
-                .iter()
-                .map(|t| {
-                    (t.burst_wait_per_gpu_hour_s <= 0.0).then(|| crate::wait_budget::budget(t, 0, None, None).wait_ms)
-                })
-                .collect(),
+            fixed_wait: cfg.tiers.iter().map(crate::wait_budget::fixed_wait).collect(),
             no_room: Failed::default(),
             no_room_by_end: Failed::default(),
             shadows: Vec::new(),
