@@ -31,6 +31,8 @@ pub struct PoolState {
     pub ready: BTreeSet<NodeId>,
     /// The nodes metric policies (target tracking) want now; it raises the pool's min.
     pub policy_min: u32,
+    /// GPUs bound on its nodes per tier index (a pass reads whether a job could find victims here).
+    pub tier_gpus: Vec<u32>,
 }
 
 /// Counters reported at the end of a run.
@@ -327,8 +329,13 @@ impl Cluster {
         if n.free() > 0 {
             self.free[pool].insert((n.free(), node));
         }
-        let team = self.jobs[job.0 as usize].team;
+        let (team, tier) = (self.jobs[job.0 as usize].team, self.jobs[job.0 as usize].tier);
         self.teams[team].used_gpus += gpus;
+        let by_tier = &mut self.pools[pool].tier_gpus;
+        if by_tier.len() <= tier {
+            by_tier.resize(tier + 1, 0);
+        }
+        by_tier[tier] += gpus;
     }
 
     /// Releases every GPU a job holds, books its cost for the attempt, and clears its placement.
@@ -356,6 +363,9 @@ impl Cluster {
                 self.pools[pool].idle.insert((now, node));
             }
             self.teams[team].used_gpus -= gpus;
+            if let Some(used) = self.pools[pool].tier_gpus.get_mut(tier) {
+                *used -= gpus;
+            }
         }
     }
 }

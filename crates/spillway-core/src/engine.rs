@@ -35,8 +35,9 @@ pub use crate::spec_check::{
 
 impl Engine {
     /// For tests: makes every decision pass search placement, victims and scale-out afresh for each job rather
-    /// than remember the job shapes that found none earlier in the pass. The decisions are the same either way
-    /// (`tests/proptest_engine.rs` checks it); only the time differs.
+    /// than remember the job shapes that found none earlier in the pass, and look at every job it reaches even
+    /// once no capacity is left for them. The decisions are the same either way (`tests/proptest_engine.rs`
+    /// checks it); only the time (and the pending reasons of jobs a pass did not reach) differs.
     #[doc(hidden)]
     pub fn set_exhaustive_search(&mut self, on: bool) {
         self.exhaustive = on;
@@ -86,7 +87,9 @@ impl Engine {
         }
         let id = self.add_job(now, spec, tier, team, JobState::Queued);
         self.queue.register(id, need, self.c.jobs[id.0 as usize].gang.kind);
-        self.queue.push(tier, team, now, id);
+        let timed = self.timed(id, false);
+        self.queue.push(tier, team, now, id, timed);
+        self.entered.push(id);
         self.dirty = true;
         Ok(id)
     }
@@ -445,6 +448,14 @@ impl Engine {
         self.actions.push_back(Action::StartJob { job: id, attempt, placement });
     }
 
+    /// Returns whether job `id` goes into the queue as timed (see [`crate::queue::Queue::push`]): it has a
+    /// deadline, its data may move, or it is (`to_spot`: is being) moved back to spot, so its access opens to
+    /// on-demand again with time alone.
+    fn timed(&self, id: JobId, to_spot: bool) -> bool {
+        let j = &self.c.jobs[id.0 as usize];
+        to_spot || j.spec.deadline.is_some() || crate::data_move::may_move(j) || j.spot_only_until.is_some()
+    }
+
     /// Stops a running job's attempt, counts the work it loses, and puts it back in the queue. An attempt
     /// stopped to checkpoint (interruption notice, migration) saves all its work but may not restart before
     /// its checkpoint is written.
@@ -479,7 +490,9 @@ impl Engine {
             j.preemptions += 1;
         }
         self.c.ledger.book_egress(team, tier, -unsent);
-        self.queue.push(tier, team, key, id);
+        let timed = self.timed(id, reason == StopReason::Migrated);
+        self.queue.push(tier, team, key, id, timed);
+        self.entered.push(id);
         self.actions.push_back(Action::StopJob { job: id, attempt, reason, grace_ms });
         self.record(
             DecisionKind::JobRequeued,

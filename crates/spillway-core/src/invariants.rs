@@ -7,10 +7,11 @@ use crate::state::Engine;
 impl Engine {
     /// Returns the first broken invariant, if any: GPUs bound within each node's size and matching its jobs;
     /// a running gang holds exactly its workers, a queued job holds nothing; every job is in the queue iff queued;
-    /// pool node counts within max; team usage equals what its jobs hold.
+    /// pool node counts within max; team usage, and each pool's usage per tier, equal what the jobs hold.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut node_used = vec![0u32; self.c.nodes.len()];
         let mut team_used = vec![0u32; self.c.teams.len()];
+        let mut tier_used = vec![vec![0u32; self.cfg.tiers.len()]; self.cfg.pools.len()];
         let mut queued = 0usize;
         for j in &self.c.jobs {
             match j.state {
@@ -32,6 +33,7 @@ impl Engine {
                         }
                         node_used[n.0 as usize] += g;
                         team_used[j.team] += g;
+                        tier_used[node.pool][j.tier] += g;
                     }
                 }
                 _ if !j.placement.is_empty() && j.state != JobState::Running => {
@@ -62,6 +64,16 @@ impl Engine {
             let alive = self.c.nodes.iter().filter(|n| n.pool == p && n.alive()).count() as u32;
             if alive != self.c.pools[p].alive {
                 return Err(format!("pool {} counts {} live nodes, has {alive}", pool.name, self.c.pools[p].alive));
+            }
+            let counted = |t: usize| self.c.pools[p].tier_gpus.get(t).copied().unwrap_or(0);
+            if let Some(t) = (0..self.cfg.tiers.len()).find(|&t| counted(t) != tier_used[p][t]) {
+                return Err(format!(
+                    "pool {} counts {} GPUs of tier {}, its jobs hold {}",
+                    pool.name,
+                    counted(t),
+                    self.cfg.tiers[t].name,
+                    tier_used[p][t]
+                ));
             }
             if pool.market != crate::Market::Fixed && alive > pool.max_nodes {
                 return Err(format!("pool {} has {alive} nodes, max {}", pool.name, pool.max_nodes));

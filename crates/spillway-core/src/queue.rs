@@ -20,6 +20,11 @@ pub struct Queue {
     kind_list: Vec<(u32, Option<String>)>,
     /// Per tier: queued jobs per kind.
     kinds: Vec<BTreeMap<u32, usize>>,
+    /// Per job id: whether it was queued as one a pass must look at even where it can neither start nor buy
+    /// (see [`Queue::push`]).
+    timed_of: Vec<bool>,
+    /// Per tier: how many such jobs are queued.
+    timed: Vec<usize>,
 }
 
 impl Queue {
@@ -33,6 +38,8 @@ impl Queue {
             kind_ids: BTreeMap::new(),
             kind_list: Vec::new(),
             kinds: vec![BTreeMap::new(); tiers],
+            timed_of: Vec::new(),
+            timed: vec![0; tiers],
         }
     }
 
@@ -74,12 +81,31 @@ impl Queue {
         }
     }
 
-    /// Adds a job; `key` is its original submission time, so a requeued job keeps its place.
-    pub fn push(&mut self, tier: usize, team: usize, key: Time, job: JobId) {
+    /// Adds a job; `key` is its original submission time, so a requeued job keeps its place. `timed`: the job
+    /// has decisions of its own that come with time alone (a deadline pin, access back to on-demand after a move
+    /// to spot) or tries pools in an order of its own (its data may move), so a pass looks at it even where no job
+    /// of its tier can start or buy.
+    pub fn push(&mut self, tier: usize, team: usize, key: Time, job: JobId, timed: bool) {
         if self.tiers[tier].entry(team).or_default().insert((key, job)) {
             self.len += 1;
             self.count_kind(tier, job, 1);
+            let i = job.0 as usize;
+            if self.timed_of.len() <= i {
+                self.timed_of.resize(i + 1, false);
+            }
+            self.timed_of[i] = timed;
+            self.timed[tier] += usize::from(timed);
         }
+    }
+
+    /// Returns whether job `job` was queued as timed (see [`Queue::push`]).
+    pub fn is_timed(&self, job: JobId) -> bool {
+        self.timed_of.get(job.0 as usize).copied().unwrap_or(false)
+    }
+
+    /// Returns whether a timed job (see [`Queue::push`]) is queued in `tier` or a later one.
+    pub fn timed_from(&self, tier: usize) -> bool {
+        self.timed.iter().skip(tier).any(|&n| n > 0)
     }
 
     /// Removes a job; returns whether it was queued.
@@ -92,6 +118,7 @@ impl Queue {
         if removed {
             self.len -= 1;
             self.count_kind(tier, job, -1);
+            self.timed[tier] -= usize::from(self.is_timed(job));
         }
         removed
     }
@@ -233,10 +260,10 @@ mod tests {
         let mut q = Queue::new(1);
         for i in 0..4 {
             q.register(JobId(i), 7, 0);
-            q.push(0, 0, 10 + i as Time, JobId(i));
+            q.push(0, 0, 10 + i as Time, JobId(i), false);
         }
         q.register(JobId(9), 1, 0);
-        q.push(0, 1, 0, JobId(9));
+        q.push(0, 1, 0, JobId(9), false);
         // At equal shares (7.0 each) the older head job goes first: team 1's.
         let order: Vec<_> = q.cursor(vec![0.0, 7.0], vec![3.0, 1.0]).collect();
         assert_eq!(order, vec![JobId(0), JobId(1), JobId(2), JobId(9), JobId(3)]);
@@ -246,9 +273,9 @@ mod tests {
     fn higher_tiers_come_first_then_age() {
         let mut q = Queue::new(2);
         (0..3).for_each(|i| q.register(JobId(i), 1, 0));
-        q.push(1, 0, 0, JobId(0));
-        q.push(0, 0, 50, JobId(1));
-        q.push(0, 0, 10, JobId(2));
+        q.push(1, 0, 0, JobId(0), false);
+        q.push(0, 0, 50, JobId(1), false);
+        q.push(0, 0, 10, JobId(2), false);
         let order: Vec<_> = q.cursor(vec![0.0], vec![1.0]).collect();
         assert_eq!(order, vec![JobId(2), JobId(1), JobId(0)]);
     }
@@ -257,12 +284,33 @@ mod tests {
     fn a_team_over_its_share_waits_behind_a_team_under_it() {
         let mut q = Queue::new(1);
         (0..3).for_each(|i| q.register(JobId(i), 1, 0));
-        q.push(0, 0, 0, JobId(0));
-        q.push(0, 0, 1, JobId(1));
-        q.push(0, 1, 5, JobId(2));
+        q.push(0, 0, 0, JobId(0), false);
+        q.push(0, 0, 1, JobId(1), false);
+        q.push(0, 1, 5, JobId(2), false);
         // team 0 already holds 8 GPUs, team 1 none: team 1's job goes first despite being younger.
         let order: Vec<_> = q.cursor(vec![8.0, 0.0], vec![1.0, 1.0]).collect();
         assert_eq!(order, vec![JobId(2), JobId(0), JobId(1)]);
+    }
+
+    #[test]
+    fn timed_jobs_are_counted_per_tier_until_they_leave() {
+        let mut q = Queue::new(3);
+        (0..3).for_each(|i| q.register(JobId(i), 1, 0));
+        q.push(1, 0, 0, JobId(0), true);
+        q.push(2, 0, 0, JobId(1), false);
+        q.push(2, 0, 1, JobId(2), false);
+        assert!(q.timed_from(0) && q.timed_from(1) && !q.timed_from(2));
+        assert!(q.is_timed(JobId(0)) && !q.is_timed(JobId(1)));
+        // Pushed again while queued, it is counted once.
+        q.push(1, 0, 0, JobId(0), true);
+        assert!(q.remove(1, 0, 0, JobId(0)));
+        assert!(!q.timed_from(0));
+        // Requeued as timed, the same id counts again; as plain, it does not.
+        q.push(2, 0, 5, JobId(0), true);
+        assert!(q.timed_from(2));
+        assert!(q.remove(2, 0, 5, JobId(0)));
+        q.push(2, 0, 5, JobId(0), false);
+        assert!(!q.timed_from(0));
     }
 
     #[test]
@@ -272,8 +320,8 @@ mod tests {
             q.register(JobId(i), 1, 0);
         }
         for i in 0..3 {
-            q.push(0, 0, i, JobId(i as u32));
-            q.push(0, 1, i, JobId(10 + i as u32));
+            q.push(0, 0, i, JobId(i as u32), false);
+            q.push(0, 1, i, JobId(10 + i as u32), false);
         }
         let order: Vec<_> = q.cursor(vec![0.0, 0.0], vec![1.0, 1.0]).collect();
         assert_eq!(order, vec![JobId(0), JobId(10), JobId(1), JobId(11), JobId(2), JobId(12)]);

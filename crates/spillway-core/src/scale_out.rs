@@ -14,6 +14,10 @@ use crate::scale::Want;
 use crate::shape::Failed;
 use crate::state::{Engine, WakeAt};
 use crate::time::{Time, secs};
+
+/// Most queued jobs a what-if counts where the last pass stopped before the ones that cannot start or buy (as
+/// many as a pass collects as blocked at most).
+const WHAT_IF_JOBS: usize = 2048 + 256;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A pool (index) and why it did not grow.
@@ -199,6 +203,8 @@ impl Engine {
     /// Answers what pool `pool` would launch now for the jobs the last decision pass left waiting (and the running
     /// jobs that wanted spot capacity to move to) under `change`: one scale-out estimate over the engine's state,
     /// nothing changed. `None` for an unknown or fixed pool. Jobs placed or ended since that pass are left out.
+    /// Where that pass stopped because nothing further on could start or buy, the jobs it did not reach count
+    /// too (the first [`WHAT_IF_JOBS`] queued, in scheduling order).
     pub fn what_if(&self, pool: &str, change: PoolChange) -> Option<WhatIf> {
         let p = self.cfg.pools.iter().position(|x| x.name == pool && x.market != Market::Fixed)?;
         let mut limits = self.limits();
@@ -207,7 +213,11 @@ impl Engine {
         }
         limits.headroom[p] = self.headroom_within(p, limits.maxes[p], change.ignore_cooldown);
         let state = |s: JobState| move |id: &&JobId| self.c.jobs.get(id.0 as usize).is_some_and(|j| j.state == s);
-        let blocked: Vec<JobId> = self.last_blocked.iter().filter(state(JobState::Queued)).copied().collect();
+        let blocked: Vec<JobId> = if self.last_settled {
+            self.queued_in_order(WHAT_IF_JOBS)
+        } else {
+            self.last_blocked.iter().filter(state(JobState::Queued)).copied().collect()
+        };
         let shadow: Vec<(JobId, Access)> =
             self.last_shadow.iter().filter(|(id, _)| state(JobState::Running)(&id)).copied().collect();
         let plan = self.plan_scale_out(&blocked, &shadow, limits, &mut WakeAt::default());

@@ -45,6 +45,9 @@ pub struct Engine {
     /// for: the snapshot what-if questions are asked about.
     pub(crate) last_blocked: Vec<JobId>,
     pub(crate) last_shadow: Vec<(JobId, crate::access::Access)>,
+    /// The last pass stopped where no job further on could start, preempt or buy: the jobs it did not reach
+    /// wait for capacity as much as the blocked ones it did.
+    pub(crate) last_settled: bool,
     /// Nodes the cloud recommended moving off (rebalance recommendations), until they end or get their notice,
     /// each with when that came and the instant until which jobs that left it may still be writing their
     /// checkpoint there.
@@ -53,6 +56,9 @@ pub struct Engine {
     /// (see `shape`); the results must be the same.
     pub(crate) exhaustive: bool,
     pub(crate) dirty: bool,
+    /// Jobs that entered the queue (submitted or requeued) since the last scheduling pass: one that pass never
+    /// reached because nothing could start any more is told it waits for capacity.
+    pub(crate) entered: Vec<crate::model::JobId>,
     pub(crate) next_wake: Option<Time>,
     /// Per `Config::budgets`: its period, opening spend and alerts raised (see `budget`).
     pub(crate) budgets: Vec<BudgetState>,
@@ -90,9 +96,11 @@ impl Engine {
             not_grown: vec![None; cfg_pools],
             last_blocked: Vec::new(),
             last_shadow: Vec::new(),
+            last_settled: false,
             at_risk: std::collections::BTreeMap::new(),
             exhaustive: false,
             dirty: true,
+            entered: Vec::new(),
             next_wake: None,
             budgets: vec![BudgetState::default(); cfg_budgets],
             capped: Vec::new(),

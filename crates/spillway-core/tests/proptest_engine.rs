@@ -1020,8 +1020,9 @@ proptest! {
     }
 
     /// A pass remembers the job shapes that found no placement, no victims or no scale-out and does not search
-    /// for them again until capacity grows: that changes no action and no instant, on the plain and the rich
-    /// cases.
+    /// for them again until capacity grows, and once no capacity is left that a job further on could start on or
+    /// preempt for, it looks on only at jobs that may buy or have timers of their own: neither changes an action
+    /// or an instant, on the plain and the rich cases.
     #[test]
     fn remembering_shapes_that_found_no_room_changes_no_action(plain in case(), rich in rich_case()) {
         for case in [&plain, &rich] {

@@ -7,8 +7,7 @@ impl Engine {
     /// Runs one scheduling pass: walks the queue, then applies what it decided. Returns the blocked jobs (in
     /// queue order) for the autoscaler.
     pub(crate) fn schedule(&mut self, wake: &mut WakeAt) -> Vec<JobId> {
-        let shares: Vec<f64> = self.c.teams.iter().map(|t| t.used_gpus as f64 / t.weight).collect();
-        let weights: Vec<f64> = self.c.teams.iter().map(|t| t.weight).collect();
+        let (shares, weights) = self.shares();
         let grows: Vec<bool> = (0..self.cfg.pools.len()).map(|p| self.pool_headroom(p) > 0).collect();
         let cloud_room: Vec<bool> =
             (0..self.cfg.pools.len()).map(|p| self.headroom_within(p, self.effective_max(p), true) > 0).collect();
@@ -33,8 +32,21 @@ impl Engine {
             budget_room: pass.budget_room,
         };
         let plan = pass.plan;
+        self.last_settled = end.cut.settled;
         self.wake_after(&plan, &end, wake);
         self.apply_schedule(plan, &end)
+    }
+
+    /// Returns each team's share (GPUs in use divided by its weight) and weight, as a walk of the queue starts.
+    fn shares(&self) -> (Vec<f64>, Vec<f64>) {
+        let shares = self.c.teams.iter().map(|t| t.used_gpus as f64 / t.weight).collect();
+        (shares, self.c.teams.iter().map(|t| t.weight).collect())
+    }
+
+    /// Returns the first `limit` queued jobs in scheduling order (as a pass would walk them now).
+    pub(crate) fn queued_in_order(&self, limit: usize) -> Vec<JobId> {
+        let (shares, weights) = self.shares();
+        self.queue.cursor(shares, weights).take(limit).collect()
     }
 
     /// Asks for the passes that decisions this one could not take need: a pass depends only on the state and
@@ -118,6 +130,17 @@ impl Engine {
         for (id, reason) in plan.reasons {
             self.set_pending(id, reason);
         }
+        let entered = std::mem::take(&mut self.entered);
+        // The walk stopped before the jobs it did not reach since no capacity they may use is free, can be bought
+        // or preempted for: those that entered the queue since the last pass say so.
+        for &id in entered.iter().filter(|_| end.cut.settled) {
+            let j = &self.c.jobs[id.0 as usize];
+            if j.state == crate::model::JobState::Queued && j.pending == PendingReason::NotScheduledYet {
+                self.set_pending(id, PendingReason::NoCapacity);
+            }
+        }
+        self.entered = entered;
+        self.entered.clear();
         plan.blocked
     }
 

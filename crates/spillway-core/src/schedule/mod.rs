@@ -20,6 +20,9 @@ use crate::state::{Engine, WakeAt};
 use crate::time::{Time, fmt_ms, secs};
 
 mod apply;
+mod reach;
+
+use reach::buyers_beyond;
 
 /// Most jobs one pass preempts for.
 const MAX_PREEMPTING_JOBS: usize = 16;
@@ -52,6 +55,8 @@ struct Cut {
     scan: bool,
     /// At the cap for jobs no pool can grow for.
     stuck: bool,
+    /// Where nothing further on could start, preempt or buy (see `Pass::settles`).
+    settled: bool,
 }
 
 /// What the engine reads of a finished walk besides its plan.
@@ -109,6 +114,11 @@ struct Pass<'a> {
     /// Past the cap for jobs that cannot buy, the walk goes on only while a job that can may be further on (a
     /// kind of job queued here or below that a pool able to grow could hold), and looks only at those.
     buyers_only: bool,
+    /// The walk is past the point where no job could start or preempt any more (see `settles`). It then looks
+    /// only at jobs that may buy and timed ones (see [`Queue::push`]), and counts those it passes as blocked.
+    settled: bool,
+    /// Per tier: the fewest GPUs per worker of a job queued there (`None`: none is queued).
+    least_gpus: Vec<Option<u32>>,
     /// Nodes held back for blocked jobs (pool, free GPUs, node), returned to the free index after the walk.
     reserved: Vec<(usize, u32, NodeId)>,
     /// A buffer for placement searches.
@@ -210,6 +220,8 @@ impl<'a> Pass<'a> {
             scanned: 0,
             strict_block: false,
             buyers_only: false,
+            settled: false,
+            least_gpus: Vec::new(),
             reserved: Vec::new(),
             slots: Vec::new(),
             wanting,
@@ -226,6 +238,7 @@ impl<'a> Pass<'a> {
 
     /// Walks the queue in scheduling order to its end or a cap; returns where it stopped.
     fn walk(&mut self, queue: &Queue, c: &mut Cluster, shares: Vec<f64>, weights: Vec<f64>, wake: &mut WakeAt) -> Cut {
+        self.least_gpus = (0..self.pool_order.len()).map(|t| queue.kinds(t).map(|(g, _)| g).min()).collect();
         let mut cursor = queue.cursor(shares, weights);
         while let Some(id) = cursor.next() {
             self.scanned += 1;
@@ -235,7 +248,22 @@ impl<'a> Pass<'a> {
             let stuck = self.stuck >= BLOCKED_CAP_NO_SCALE && !self.buyers_only;
             let scan = self.scanned > self.cfg.policy.scan_limit;
             if scan || self.buying >= BLOCKED_CAP || stuck {
-                return Cut { limit_hit: true, scan, stuck };
+                return Cut { limit_hit: true, scan, stuck, settled: false };
+            }
+            if self.remember && !self.settled && self.settles(c, cursor.tier()) {
+                self.settled = true;
+                let (from, grows) = (cursor.tier(), &self.grows);
+                if !queue.timed_from(from) && !buyers_beyond(queue, self.cfg, self.pool_order, grows, from) {
+                    // Nothing further on can start, preempt or buy, and no job there has a timer of its own.
+                    return Cut { limit_hit: false, scan: false, stuck: true, settled: true };
+                }
+            }
+            if self.settled && !queue.is_timed(id) {
+                let job = &c.jobs[id.0 as usize];
+                if !self.may_buy(job.tier, Access::of(job, self.now)) {
+                    self.stuck += 1;
+                    continue;
+                }
             }
             self.visit(c, id, wake);
         }
@@ -557,14 +585,4 @@ fn on_demand_opens_at(cfg: &Config, job: &crate::model::Job, now: Time) -> Optio
 /// Returns the index of (tier, access) in a pass's per-tier-and-access tables.
 fn slot(tier: usize, access: Access) -> usize {
     tier * 4 + usize::from(access.spot) * 2 + usize::from(access.on_demand)
-}
-
-/// Returns whether a job queued in tier `from` or a lower one may be one that can buy: its kind (GPUs per worker,
-/// GPU model) fits an instance type of a pool its tier may use that can launch a node now (`grows`).
-fn buyers_beyond(queue: &Queue, cfg: &Config, pool_order: &[Vec<usize>], grows: &[bool], from: usize) -> bool {
-    (from..pool_order.len()).any(|t| {
-        queue
-            .kinds(t)
-            .any(|(g, model)| pool_order[t].iter().filter(|&&p| grows[p]).any(|&p| cfg.pool_holds(p, g, model)))
-    })
 }
