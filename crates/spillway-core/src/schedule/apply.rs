@@ -74,8 +74,8 @@ impl Engine {
             wake.at(self.now);
         }
         if end.cut.stuck {
-            // The pass stopped at the cap for jobs no pool can grow for: a pool may grow for them when its
-            // cooldown ends.
+            // The pass stopped at the cap for jobs no pool can grow for, or passed such jobs by: a pool may grow
+            // for them when its cooldown ends.
             if let Some(at) = self.next_growth_at() {
                 wake.at(at);
             }

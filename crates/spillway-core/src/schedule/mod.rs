@@ -53,7 +53,7 @@ struct Cut {
     limit_hit: bool,
     /// At the scan limit.
     scan: bool,
-    /// At the cap for jobs no pool can grow for.
+    /// At the cap for jobs no pool can grow for, or past jobs no pool can grow for now (see `Pass::settles`).
     stuck: bool,
     /// Where nothing further on could start, preempt or buy (see `Pass::settles`).
     settled: bool,
@@ -248,7 +248,7 @@ impl<'a> Pass<'a> {
             let stuck = self.stuck >= BLOCKED_CAP_NO_SCALE && !self.buyers_only;
             let scan = self.scanned > self.cfg.policy.scan_limit;
             if scan || self.buying >= BLOCKED_CAP || stuck {
-                return Cut { limit_hit: true, scan, stuck, settled: false };
+                return Cut { limit_hit: true, scan, stuck: stuck || self.settled, settled: self.settled };
             }
             if self.remember && !self.settled && self.settles(c, cursor.tier()) {
                 self.settled = true;
@@ -267,7 +267,9 @@ impl<'a> Pass<'a> {
             }
             self.visit(c, id, wake);
         }
-        Cut::default()
+        // Jobs passed by once settled would have asked the scale-out planner to wake them when a cooldown of a
+        // pool they may use ends (a pool may grow for them then): `stuck` asks for that wake-up instead.
+        Cut { stuck: self.settled, settled: self.settled, ..Cut::default() }
     }
 
     /// Decides for one queued job: pass it by (only jobs that may buy are looked at now, or its team is at its
