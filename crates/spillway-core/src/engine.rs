@@ -386,6 +386,7 @@ impl Engine {
         let scale_actions = self.c.counters.scale_actions;
         let (claimed, starved) = self.scale_out(&blocked, &shadow, &mut wake);
         self.scale_in(&claimed, &starved, &mut wake);
+        self.budgets_ended(&mut wake);
         (self.last_blocked, self.last_shadow) = (blocked, shadow);
         let tracking = self.cfg.pools.iter().any(|p| p.target_gpu_utilization.is_some());
         if self.c.counters.scale_actions != scale_actions && (!self.queue.is_empty() || watching || tracking) {

@@ -204,7 +204,8 @@ impl Engine {
     /// jobs that wanted spot capacity to move to) under `change`: one scale-out estimate over the engine's state,
     /// nothing changed. `None` for an unknown or fixed pool. Jobs placed or ended since that pass are left out.
     /// Where that pass stopped because nothing further on could start or buy, the jobs it did not reach count
-    /// too (the first [`WHAT_IF_JOBS`] queued, in scheduling order).
+    /// too (those of the first [`WHAT_IF_JOBS`] queued, in scheduling order, that neither their team's quota nor
+    /// their waiting budget holds).
     pub fn what_if(&self, pool: &str, change: PoolChange) -> Option<WhatIf> {
         let p = self.cfg.pools.iter().position(|x| x.name == pool && x.market != Market::Fixed)?;
         let mut limits = self.limits();
@@ -214,7 +215,9 @@ impl Engine {
         limits.headroom[p] = self.headroom_within(p, limits.maxes[p], change.ignore_cooldown);
         let state = |s: JobState| move |id: &&JobId| self.c.jobs.get(id.0 as usize).is_some_and(|j| j.state == s);
         let blocked: Vec<JobId> = if self.last_settled {
-            self.queued_in_order(WHAT_IF_JOBS)
+            // Those a pass would have found blocked: not held by their team's quota or their waiting budget.
+            let blocked = |id: &JobId| self.unreached_reason(*id) == PendingReason::NoCapacity && !self.in_budget(*id);
+            self.queued_in_order(WHAT_IF_JOBS).into_iter().filter(blocked).collect()
         } else {
             self.last_blocked.iter().filter(state(JobState::Queued)).copied().collect()
         };

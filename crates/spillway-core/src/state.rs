@@ -48,6 +48,9 @@ pub struct Engine {
     /// The last pass stopped where no job further on could start, preempt or buy: the jobs it did not reach
     /// wait for capacity as much as the blocked ones it did.
     pub(crate) last_settled: bool,
+    /// Jobs a pass told they wait for owned capacity, by when their waiting budget ends: a job no pass reaches
+    /// after that is told it waits for capacity.
+    pub(crate) budget_ends: std::collections::BTreeSet<(Time, JobId)>,
     /// Nodes the cloud recommended moving off (rebalance recommendations), until they end or get their notice,
     /// each with when that came and the instant until which jobs that left it may still be writing their
     /// checkpoint there.
@@ -97,6 +100,7 @@ impl Engine {
             last_blocked: Vec::new(),
             last_shadow: Vec::new(),
             last_settled: false,
+            budget_ends: std::collections::BTreeSet::new(),
             at_risk: std::collections::BTreeMap::new(),
             exhaustive: false,
             dirty: true,

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Harness, launches, spec};
+use common::{Harness, launches, spec, spec_of};
 use spillway_core::{PendingReason, PoolChange};
 
 /// One owned 8-GPU node; an on-demand pool with a 10-minute scale-out cooldown; a spot pool with room.
@@ -60,4 +60,90 @@ fn a_job_passed_by_in_a_cooldown_buys_when_it_ends() {
     assert_eq!(wi.launches.iter().map(|(_, n)| n).sum::<u32>(), 1, "{wi:?}");
     let after = launches(&h.run_cloud(601.0, &world));
     assert_eq!(after.iter().filter(|l| l.1 == 1).count(), 1, "on-demand buys for it at 600 s: {after:?}");
+}
+
+/// One owned 8-GPU node, an on-demand pool of one node, and a team with a quota of 8 GPUs; p1 waits `burst` s for
+/// owned capacity.
+fn quota_config(burst: u32) -> String {
+    format!(
+        r#"
+[[instance_types]]
+name = "v8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 20.0
+
+[[pools]]
+name = "onprem"
+market = "fixed"
+gpu_usd_per_hour = 1.0
+nodes = [{{ count = 1, gpus = 8 }}]
+
+[[pools]]
+name = "od"
+market = "on_demand"
+instance_types = ["v8"]
+max_nodes = 1
+
+[[teams]]
+name = "capped"
+quota_gpus = 8
+
+[tiers.p1]
+burst_after_s = {burst}
+"#
+    )
+}
+
+/// Fills both nodes (the capped team at its quota on the owned one), then queues three p1 jobs of the capped team
+/// and one of another; returns the other team's job and the capped team's.
+fn fill_and_queue(h: &mut Harness) -> (spillway_core::JobId, Vec<spillway_core::JobId>) {
+    h.submit(spec_of("p0", "capped", 8, 1));
+    h.submit(spec_of("p0", "team-a", 8, 1));
+    h.run_world(90.0, 60.0);
+    h.at(100.0);
+    let capped = (0..3).map(|_| h.submit(spec_of("p1", "capped", 8, 1))).collect();
+    let other = h.submit(spec_of("p1", "team-a", 8, 1));
+    h.run_world(200.0, 60.0);
+    (other, capped)
+}
+
+#[test]
+fn jobs_a_pass_did_not_reach_say_why_they_wait_and_what_if_counts_only_the_blocked() {
+    let mut h = Harness::new(&quota_config(0));
+    let (other, capped) = fill_and_queue(&mut h);
+    for id in capped {
+        assert_eq!(h.job(id).pending, PendingReason::TeamQuota);
+    }
+    assert_eq!(h.job(other).pending, PendingReason::NoCapacity);
+    // A higher max would buy for the one job its team's quota does not hold.
+    let wi = h.e.what_if("od", PoolChange { max_nodes: Some(5), ignore_cooldown: true }).unwrap();
+    assert_eq!((wi.launches.iter().map(|(_, n)| n).sum::<u32>(), wi.jobs), (1, 1), "{wi:?}");
+
+    // Inside its waiting budget a job is not blocked yet: nothing to buy for. (It says it waits for capacity: it
+    // could not buy once its budget ends either.)
+    let mut h = Harness::new(&quota_config(600));
+    let (other, _) = fill_and_queue(&mut h);
+    assert_eq!(h.job(other).pending, PendingReason::NoCapacity);
+    let wi = h.e.what_if("od", PoolChange { max_nodes: Some(5), ignore_cooldown: true }).unwrap();
+    assert!(wi.launches.is_empty(), "{wi:?}");
+}
+
+#[test]
+fn a_job_told_it_waits_for_owned_capacity_is_told_otherwise_when_its_budget_ends() {
+    // The p1 job arrives while the owned node is free but is passed over for an older p0 job in the same pass.
+    let mut h = Harness::new(&quota_config(600));
+    h.submit(spec_of("p0", "team-a", 8, 1));
+    h.run_world(90.0, 60.0);
+    h.at(100.0);
+    let od = h.submit(spec_of("p0", "team-a", 8, 1));
+    let late = h.submit(spec_of("p1", "team-b", 8, 1));
+    h.run_world(200.0, 60.0);
+    assert!(h.job(od).attempt == 1, "the second p0 job runs on on-demand");
+    let pending = h.job(late).pending;
+    assert!(matches!(pending, PendingReason::WaitingForFixedCapacity | PendingReason::NoCapacity), "{pending:?}");
+    // Its budget ends at 700 s; no pass reaches it then (nothing can start), yet it is not left saying it waits
+    // for owned capacity.
+    h.run_world(2.0 * 86_400.0, 60.0);
+    assert_eq!(h.job(late).pending, PendingReason::NoCapacity);
 }

@@ -31,10 +31,32 @@ impl Engine {
             last_start: pass.last_start,
             budget_room: pass.budget_room,
         };
-        let plan = pass.plan;
+        let mut plan = pass.plan;
         self.last_settled = end.cut.settled;
         self.wake_after(&plan, &end, wake);
+        self.budget_ends.extend(std::mem::take(&mut plan.budgets));
         self.apply_schedule(plan, &end)
+    }
+
+    /// Tells a job that was told it waits for owned capacity, and that no pass reached since its budget ended,
+    /// that it waits for capacity (one a pass reached was told why afresh, by the scale-out planner too, so this
+    /// comes after it); asks to be woken when the next such budget ends (a pass that passes the job by would not
+    /// ask).
+    pub(crate) fn budgets_ended(&mut self, wake: &mut WakeAt) {
+        // Entries of jobs that started, ended or were told otherwise since go without a wake-up of their own.
+        while let Some((at, id)) = self.budget_ends.pop_first() {
+            let j = &self.c.jobs[id.0 as usize];
+            if j.state != crate::model::JobState::Queued || j.pending != PendingReason::WaitingForFixedCapacity {
+                continue;
+            }
+            if at > self.now {
+                self.budget_ends.insert((at, id));
+                wake.at(at);
+                return;
+            }
+            let reason = self.unreached_reason(id);
+            self.set_pending(id, reason);
+        }
     }
 
     /// Returns each team's share (GPUs in use divided by its weight) and weight, as a walk of the queue starts.
@@ -47,6 +69,28 @@ impl Engine {
     pub(crate) fn queued_in_order(&self, limit: usize) -> Vec<JobId> {
         let (shares, weights) = self.shares();
         self.queue.cursor(shares, weights).take(limit).collect()
+    }
+
+    /// Returns why queued job `id` waits where a pass found that nothing could start (see `Pass::settles`): its
+    /// team's quota, or else capacity (it could not buy even once its waiting budget for owned capacity ends).
+    pub(crate) fn unreached_reason(&self, id: JobId) -> PendingReason {
+        let job = &self.c.jobs[id.0 as usize];
+        let team = &self.c.teams[job.team];
+        if team.quota_gpus.is_some_and(|q| team.used_gpus.saturating_add(job.total_gpus()) > q) {
+            return PendingReason::TeamQuota;
+        }
+        PendingReason::NoCapacity
+    }
+
+    /// Returns whether queued job `id` is still inside its waiting budget for owned capacity (a pass leaves it
+    /// waiting rather than blocked).
+    pub(crate) fn in_budget(&self, id: JobId) -> bool {
+        let (c, cfg) = (&self.c, &self.cfg);
+        let job = &c.jobs[id.0 as usize];
+        let tier = &cfg.tiers[job.tier];
+        let budget =
+            crate::wait_budget::fixed_wait(tier).unwrap_or_else(|| crate::budget_place::budget_of(c, cfg, job));
+        job.attempt == 0 && self.now < job.queued_since.saturating_add(budget)
     }
 
     /// Asks for the passes that decisions this one could not take need: a pass depends only on the state and
@@ -131,12 +175,13 @@ impl Engine {
             self.set_pending(id, reason);
         }
         let entered = std::mem::take(&mut self.entered);
-        // The walk stopped before the jobs it did not reach since no capacity they may use is free, can be bought
-        // or preempted for: those that entered the queue since the last pass say so.
+        // The walk stopped before the jobs it did not reach since nothing further on could start: those that
+        // entered the queue since the last pass say why they wait as a visit would have.
         for &id in entered.iter().filter(|_| end.cut.settled) {
             let j = &self.c.jobs[id.0 as usize];
             if j.state == crate::model::JobState::Queued && j.pending == PendingReason::NotScheduledYet {
-                self.set_pending(id, PendingReason::NoCapacity);
+                let reason = self.unreached_reason(id);
+                self.set_pending(id, reason);
             }
         }
         self.entered = entered;

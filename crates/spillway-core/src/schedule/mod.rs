@@ -44,6 +44,8 @@ struct SchedulePlan {
     reasons: Vec<(JobId, PendingReason)>,
     /// Deadline jobs this pass moved to on-demand.
     pinned: Vec<JobId>,
+    /// Jobs it left waiting inside their budget for owned capacity, with when that ends.
+    budgets: Vec<(Time, JobId)>,
 }
 
 /// Where a walk stopped before the end of the queue.
@@ -518,6 +520,7 @@ impl<'a> Pass<'a> {
         if now < burst_at {
             wake.at(burst_at);
             self.plan.reasons.push((id, PendingReason::WaitingForFixedCapacity));
+            self.plan.budgets.push((burst_at, id));
         } else {
             self.block(id, tier, access);
         }
