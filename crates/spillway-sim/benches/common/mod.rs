@@ -143,6 +143,8 @@ pub struct PolicyRun {
     pub queue: QueueStats,
     /// Each tier's p95 queue wait, in hours, over the jobs that started.
     pub p95_wait_h: Vec<(String, f64)>,
+    /// What the run cost, in USD (the same figure with and without a speed-up shows the results did not move).
+    pub cost_usd: f64,
 }
 
 /// All the policies `spillway simulate` compares on one input, and the time it took.
@@ -179,7 +181,8 @@ pub fn run_policies(cfg: &Config, jobs: &[SimJob], opts: &SimOptions) -> Result<
         let queue = queue_stats(&out);
         let p95_wait_h = report.tiers.iter().map(|(t, r)| (t.clone(), r.queue_wait_s.p95 / 3600.0)).collect();
         let jobs_completed = report.jobs_completed;
-        runs.push(PolicyRun { policy, wall_s, steps: out.events, jobs_completed, queue, p95_wait_h });
+        let cost_usd = report.cost_usd;
+        runs.push(PolicyRun { policy, wall_s, steps: out.events, jobs_completed, queue, p95_wait_h, cost_usd });
     }
     Ok(PolicyRuns { runs, bound_s, total_s })
 }
@@ -189,13 +192,14 @@ pub fn print_runs(runs: &PolicyRuns, jobs: usize, r: f64) {
     for p in &runs.runs {
         let waits: Vec<String> = p.p95_wait_h.iter().map(|(t, h)| format!("{t} {h:.1}h")).collect();
         println!(
-            "  {:<20} {:>8.3} s {:>9} steps {:>9.0} steps/s  {}/{} done  {}; p95 wait {}",
+            "  {:<20} {:>8.3} s {:>9} steps {:>9.0} steps/s  {}/{} done  ${:.0}  {}; p95 wait {}",
             p.policy,
             p.wall_s,
             p.steps,
             p.steps as f64 / p.wall_s.max(1e-9),
             p.jobs_completed,
             jobs,
+            p.cost_usd,
             p.queue,
             waits.join(" ")
         );
