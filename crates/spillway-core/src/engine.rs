@@ -66,6 +66,11 @@ impl Engine {
     pub fn reserve_jobs(&mut self, more: usize) {
         self.c.jobs.reserve_exact(more);
     }
+    /// Makes room for `more` nodes to be launched without growing the node table on the way (a clone of an
+    /// engine has none to spare: its first launch would copy the whole table).
+    pub fn reserve_nodes(&mut self, more: usize) {
+        self.c.nodes.reserve(more);
+    }
     /// Returns the job with `id`.
     pub fn job(&self, id: JobId) -> Option<&Job> {
         self.c.jobs.get(id.0 as usize)
