@@ -216,7 +216,7 @@ impl Engine {
         let state = |s: JobState| move |id: &&JobId| self.c.jobs.get(id.0 as usize).is_some_and(|j| j.state == s);
         let blocked: Vec<JobId> = if self.last_settled {
             // Those a pass would have found blocked: not held by their team's quota or their waiting budget.
-            let blocked = |id: &JobId| self.unreached_reason(*id) == PendingReason::NoCapacity && !self.in_budget(*id);
+            let blocked = |id: &JobId| self.blocked_if_unreached(*id);
             self.queued_in_order(WHAT_IF_JOBS).into_iter().filter(blocked).collect()
         } else {
             self.last_blocked.iter().filter(state(JobState::Queued)).copied().collect()

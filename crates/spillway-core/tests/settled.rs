@@ -147,3 +147,48 @@ fn a_job_told_it_waits_for_owned_capacity_is_told_otherwise_when_its_budget_ends
     h.run_world(2.0 * 86_400.0, 60.0);
     assert_eq!(h.job(late).pending, PendingReason::NoCapacity);
 }
+
+#[test]
+fn jobs_held_by_their_quota_do_not_count_as_blocked_in_a_pass_that_passes_them_by() {
+    // 300 jobs of the capped team, held by its quota, queue ahead of another team's job; nothing can start or buy.
+    let mut h = Harness::new(&quota_config(0));
+    let (other, _) = fill_and_queue(&mut h);
+    h.at(300.0);
+    for _ in 0..300 {
+        h.submit(spec_of("p0", "capped", 8, 1));
+    }
+    // A deadline job behind them has a timer of its own: the pass walks on to it.
+    let mut timed = spec_of("p1", "team-b", 8, 1);
+    timed.deadline = Some(h.in_s(86_400.0));
+    let late = h.submit(timed);
+    h.run_world(400.0, 60.0);
+    // A full walk would find only two jobs blocked: no pass stops short at the cap of blocked jobs.
+    assert_eq!(h.e.cluster().counters.scan_limit_hits, 0);
+    assert_eq!(h.job(other).pending, PendingReason::NoCapacity);
+    assert_eq!(h.job(late).pending, PendingReason::NoCapacity);
+}
+
+#[test]
+fn a_job_passed_by_says_its_quota_no_longer_holds_it() {
+    let mut h = Harness::new(&quota_config(0));
+    h.submit(spec_of("p0", "team-a", 8, 1));
+    let capped_run = h.submit(spec_of("p0", "capped", 8, 1));
+    h.runs_for(capped_run, 400.0);
+    h.run_world(90.0, 60.0);
+    h.at(100.0);
+    let held = h.submit(spec_of("p1", "capped", 8, 1));
+    h.run_world(200.0, 60.0);
+    assert_eq!(h.job(held).pending, PendingReason::TeamQuota);
+    // Another team's p0 job, queued before it, takes the owned node when the capped team's job ends at 400 s:
+    // the capped team's p1 job is no longer held by its quota, but by capacity. (A deadline job behind it keeps
+    // the pass walking past it: a pass that ends where no job further on can do anything leaves the reasons of
+    // jobs it never reached as they were.)
+    h.at(300.0);
+    h.submit(spec_of("p0", "team-a", 8, 1));
+    let mut timed = spec_of("p1", "team-b", 8, 1);
+    timed.deadline = Some(h.in_s(86_400.0));
+    h.submit(timed);
+    h.run_world(900.0, 60.0);
+    assert!(h.job(capped_run).state != spillway_core::JobState::Running);
+    assert_eq!(h.job(held).pending, PendingReason::NoCapacity);
+}

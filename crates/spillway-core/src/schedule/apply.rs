@@ -54,8 +54,7 @@ impl Engine {
                 wake.at(at);
                 return;
             }
-            let reason = self.unreached_reason(id);
-            self.set_pending(id, reason);
+            self.tell_unreached(id);
         }
     }
 
@@ -71,26 +70,19 @@ impl Engine {
         self.queue.cursor(shares, weights).take(limit).collect()
     }
 
-    /// Returns why queued job `id` waits where a pass found that nothing could start (see `Pass::settles`): its
-    /// team's quota, or else capacity (it could not buy even once its waiting budget for owned capacity ends).
-    pub(crate) fn unreached_reason(&self, id: JobId) -> PendingReason {
-        let job = &self.c.jobs[id.0 as usize];
-        let team = &self.c.teams[job.team];
-        if team.quota_gpus.is_some_and(|q| team.used_gpus.saturating_add(job.total_gpus()) > q) {
-            return PendingReason::TeamQuota;
-        }
-        PendingReason::NoCapacity
+    /// Tells queued job `id`, which no pass reached since something changed, why it waits (see
+    /// [`reach::passed_by_reason`]).
+    fn tell_unreached(&mut self, id: JobId) {
+        let reason = reach::passed_by_reason(&self.c, &self.c.jobs[id.0 as usize], self.now);
+        self.set_pending(id, reason);
     }
 
-    /// Returns whether queued job `id` is still inside its waiting budget for owned capacity (a pass leaves it
-    /// waiting rather than blocked).
-    pub(crate) fn in_budget(&self, id: JobId) -> bool {
-        let (c, cfg) = (&self.c, &self.cfg);
-        let job = &c.jobs[id.0 as usize];
-        let tier = &cfg.tiers[job.tier];
-        let budget =
-            crate::wait_budget::fixed_wait(tier).unwrap_or_else(|| crate::budget_place::budget_of(c, cfg, job));
-        job.attempt == 0 && self.now < job.queued_since.saturating_add(budget)
+    /// Returns whether queued job `id` would be found blocked by a pass that stopped where nothing could start:
+    /// neither its team's quota nor its waiting budget holds it.
+    pub(crate) fn blocked_if_unreached(&self, id: JobId) -> bool {
+        let job = &self.c.jobs[id.0 as usize];
+        reach::passed_by_reason(&self.c, job, self.now) != PendingReason::TeamQuota
+            && !reach::in_budget(&self.c, &self.cfg, job, self.now)
     }
 
     /// Asks for the passes that decisions this one could not take need: a pass depends only on the state and
@@ -180,8 +172,7 @@ impl Engine {
         for &id in entered.iter().filter(|_| end.cut.settled) {
             let j = &self.c.jobs[id.0 as usize];
             if j.state == crate::model::JobState::Queued && j.pending == PendingReason::NotScheduledYet {
-                let reason = self.unreached_reason(id);
-                self.set_pending(id, reason);
+                self.tell_unreached(id);
             }
         }
         self.entered = entered;

@@ -121,6 +121,8 @@ struct Pass<'a> {
     settled: bool,
     /// Per tier: the fewest GPUs per worker of a job queued there (`None`: none is queued).
     least_gpus: Vec<Option<u32>>,
+    /// Once settled, per tier: the most free GPUs on a held node of a cloud pool it may use (see `held_room`).
+    held_room: Vec<u32>,
     /// Nodes held back for blocked jobs (pool, free GPUs, node), returned to the free index after the walk.
     reserved: Vec<(usize, u32, NodeId)>,
     /// A buffer for placement searches.
@@ -224,6 +226,7 @@ impl<'a> Pass<'a> {
             buyers_only: false,
             settled: false,
             least_gpus: Vec::new(),
+            held_room: Vec::new(),
             reserved: Vec::new(),
             slots: Vec::new(),
             wanting,
@@ -254,6 +257,7 @@ impl<'a> Pass<'a> {
             }
             if self.remember && !self.settled && self.settles(c, cursor.tier()) {
                 self.settled = true;
+                self.held_room = self.held_room(c);
                 let (from, grows) = (cursor.tier(), &self.grows);
                 if !queue.timed_from(from) && !buyers_beyond(queue, self.cfg, self.pool_order, grows, from) {
                     // Nothing further on can start, preempt or buy, and no job there has a timer of its own.
@@ -262,8 +266,9 @@ impl<'a> Pass<'a> {
             }
             if self.settled && !queue.is_timed(id) {
                 let job = &c.jobs[id.0 as usize];
-                if !self.may_buy(job.tier, Access::of(job, self.now)) {
-                    self.stuck += 1;
+                let fits_held = job.gang.gpus_per_worker <= self.held_room[job.tier];
+                if !fits_held && !self.may_buy(job.tier, Access::of(job, self.now)) {
+                    self.pass_by(c, id);
                     continue;
                 }
             }

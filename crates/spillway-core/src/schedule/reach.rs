@@ -1,19 +1,22 @@
 //! How far a scheduling walk reaches: past the point where no job further on could start or preempt (see
 //! [`Pass::settles`]) it looks only at jobs that may buy capacity and jobs with timers of their own, and it ends
-//! where none of those is left ([`buyers_beyond`]).
+//! where none of those is left ([`buyers_beyond`]); the jobs it passes by say why they wait as a visit would
+//! ([`passed_by_reason`]).
 
 use super::Pass;
 use crate::cluster::Cluster;
 use crate::config::{Config, Market};
+use crate::model::{Job, JobId, PendingReason};
 use crate::queue::Queue;
+use crate::time::Time;
 
 impl Pass<'_> {
     /// Returns whether no job queued in `tier` or a later one could start in this pass any more: in every pool
     /// such a job may use, no node could give the smallest worker queued in its tier its GPUs, neither from free
     /// GPUs on a ready node outside the pass's holds nor, by preempting, from free GPUs plus those of the jobs
     /// of tiers it may preempt (bounded per node by the most free GPUs on any ready node plus all such jobs'
-    /// GPUs in the pool); no node of a pool that scale-in acts on is idle (it may swap one too small for a
-    /// blocked job, which it learns from the scale-out planner), and none is booting (the planner would count a job on it). Within a walk
+    /// GPUs in the pool); no node of a cloud pool is idle (scale-in may swap one too small for a blocked job,
+    /// which it learns from the scale-out planner), and none is booting (the planner would count a job on it). Within a walk
     /// capacity only shrinks until a preemption, so this stays true for the rest of it; the jobs passed by then
     /// would have been blocked with no capacity to count on.
     pub(super) fn settles(&self, c: &Cluster, tier: usize) -> bool {
@@ -44,6 +47,62 @@ impl Pass<'_> {
         (tier..tiers.len())
             .all(|t| self.least_gpus[t].is_none_or(|least| self.pool_order[t].iter().all(|&p| closed(t, p, least))))
     }
+
+    /// Returns, per tier, the most free GPUs on a node of a cloud pool the tier may use that the walk holds: the
+    /// scale-out planner sees held nodes again after the walk and would count a blocked job that fits one there,
+    /// so such a job is visited even once the walk settled. Nodes held later come from the free lists, in which
+    /// no node has room for any later job's worker then.
+    pub(super) fn held_room(&self, c: &Cluster) -> Vec<u32> {
+        let cloud = |p: usize| self.cfg.pools[p].market != Market::Fixed && !self.cfg.pools[p].external();
+        let free_in = |p: usize| {
+            let held = self.reserved.iter().filter(|r| r.0 == p);
+            held.map(|r| c.nodes[r.2.0 as usize].free()).max().unwrap_or(0)
+        };
+        self.pool_order
+            .iter()
+            .map(|order| order.iter().filter(|&&p| cloud(p)).map(|&p| free_in(p)).max().unwrap_or(0))
+            .collect()
+    }
+
+    /// Passes job `id` by once the walk settled: tells it why it waits where that changed, and counts it toward
+    /// the blocked jobs that can do nothing as a visit would (one held by its team's quota or inside its waiting
+    /// budget is not blocked).
+    pub(super) fn pass_by(&mut self, c: &Cluster, id: JobId) {
+        let job = &c.jobs[id.0 as usize];
+        let reason = passed_by_reason(c, job, self.now);
+        if reason != job.pending {
+            self.plan.reasons.push((id, reason));
+        }
+        if reason != PendingReason::TeamQuota && !in_budget(c, self.cfg, job, self.now) {
+            self.stuck += 1;
+        }
+    }
+}
+
+/// Returns why queued `job` waits where a walk that found nothing could start passed it by (see
+/// [`Pass::settles`]): its team's quota, its last attempt's checkpoint, else capacity. (A visit inside its waiting
+/// budget would say it waits for owned capacity, and ask to be woken when the budget ends; no capacity it could
+/// buy either then, so capacity is what it waits for, without a wake-up that would change nothing.)
+pub(crate) fn passed_by_reason(c: &Cluster, job: &Job, now: Time) -> PendingReason {
+    let team = &c.teams[job.team];
+    if team.quota_gpus.is_some_and(|q| team.used_gpus.saturating_add(job.total_gpus()) > q) {
+        return PendingReason::TeamQuota;
+    }
+    if job.not_before.is_some_and(|t| t > now) {
+        return PendingReason::Checkpointing;
+    }
+    PendingReason::NoCapacity
+}
+
+/// Returns whether queued `job` is still inside its waiting budget for owned capacity (a visit leaves it waiting,
+/// not blocked). A job that already ran (interrupted, preempted, lost) does not wait for owned capacity again.
+pub(crate) fn in_budget(c: &Cluster, cfg: &Config, job: &Job, now: Time) -> bool {
+    let tier = &cfg.tiers[job.tier];
+    job.attempt == 0
+        && now
+            < job.queued_since.saturating_add(
+                crate::wait_budget::fixed_wait(tier).unwrap_or_else(|| crate::budget_place::budget_of(c, cfg, job)),
+            )
 }
 
 /// Returns whether a job queued in tier `from` or a lower one may be one that can buy: its kind (GPUs per worker,
