@@ -16,6 +16,13 @@ pub struct TeamState {
     pub used_gpus: u32,
 }
 
+impl TeamState {
+    /// Returns whether starting `gpus` more GPUs of the team's work would take it past its quota.
+    pub fn over_quota(&self, gpus: u32) -> bool {
+        self.quota_gpus.is_some_and(|q| self.used_gpus.saturating_add(gpus) > q)
+    }
+}
+
 /// Runtime state of a pool.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PoolState {

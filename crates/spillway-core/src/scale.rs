@@ -250,7 +250,7 @@ impl Engine {
         for p in 0..self.cfg.pools.len() {
             let cfg = &self.cfg.pools[p];
             // A pool another scheduler drives gives nodes back only when it releases them.
-            if cfg.market == Market::Fixed || cfg.external() || self.c.pools[p].idle.is_empty() {
+            if !cfg.launched() || self.c.pools[p].idle.is_empty() {
                 continue;
             }
             let swap_below = starved.get(&p).copied();

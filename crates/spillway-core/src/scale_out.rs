@@ -559,7 +559,7 @@ impl Planner<'_> {
     fn up_to_min(&mut self, wake: &mut WakeAt) {
         let e = self.e;
         for p in 0..e.cfg.pools.len() {
-            if e.cfg.pools[p].market == Market::Fixed || e.cfg.pools[p].external() {
+            if !e.cfg.pools[p].launched() {
                 continue;
             }
             let min = e.effective_min(p, wake);

@@ -288,6 +288,11 @@ impl Pool {
     pub fn external(&self) -> bool {
         self.scheduler != PoolScheduler::Spillway
     }
+    /// Returns whether Spillway itself launches and retires this pool's nodes: a cloud pool no other scheduler
+    /// drives (scale-in, the min and the scale-out planner act only on these).
+    pub fn launched(&self) -> bool {
+        self.market != Market::Fixed && !self.external()
+    }
 }
 
 /// Whether predictive scaling acts or only records what it would do.

@@ -287,8 +287,7 @@ impl<'a> Pass<'a> {
         if self.buyers_only && !self.may_buy(job.tier, Access::of(job, now)) {
             return;
         }
-        let team = &c.teams[job.team];
-        if team.quota_gpus.is_some_and(|q| team.used_gpus.saturating_add(job.total_gpus()) > q) {
+        if c.teams[job.team].over_quota(job.total_gpus()) {
             self.plan.reasons.push((id, PendingReason::TeamQuota));
             return;
         }
@@ -311,13 +310,7 @@ impl<'a> Pass<'a> {
         self.timers(c, id, wake);
         let job = &c.jobs[id.0 as usize];
         let access = Access::of(job, now);
-        // A job that already ran (interrupted, preempted, lost) does not wait for owned capacity again.
-        let burst_at = if job.attempt > 0 {
-            now
-        } else {
-            let budget = self.fixed_wait[job.tier].unwrap_or_else(|| crate::budget_place::budget_of(c, cfg, job));
-            job.queued_since.saturating_add(budget)
-        };
+        let burst_at = reach::burst_at(c, cfg, self.fixed_wait[job.tier], job, now);
         // Inside its waiting budget a job starts only where it adds no cloud spending, and any job only on a node
         // held for a waiting gang if it ends before the gang could start there (see `budget_place`): then where
         // it may start depends on when it is expected to end.

@@ -5,7 +5,7 @@
 
 use super::Pass;
 use crate::cluster::Cluster;
-use crate::config::{Config, Market};
+use crate::config::Config;
 use crate::model::{Job, JobId, PendingReason};
 use crate::queue::Queue;
 use crate::time::Time;
@@ -33,15 +33,9 @@ impl Pass<'_> {
             let free = c.free[p].last().map_or(0, |&(free, _)| free);
             let victims = victim_gpus(t, p);
             // Preemption may use a held node too: its free GPUs count beside the victims'.
-            let room = if victims == 0 {
-                free
-            } else {
-                let held = self.reserved.iter().filter(|r| r.0 == p).map(|r| c.nodes[r.2.0 as usize].free());
-                held.fold(free, u32::max).saturating_add(victims)
-            };
+            let room = if victims == 0 { free } else { self.held_free(c, p).max(free).saturating_add(victims) };
             // Scale-in acts only on cloud pools that Spillway launches (an owned node held for a gang stays idle).
-            let swaps =
-                !st.idle.is_empty() && self.cfg.pools[p].market != Market::Fixed && !self.cfg.pools[p].external();
+            let swaps = !st.idle.is_empty() && self.cfg.pools[p].launched();
             room < least && !swaps && st.requested.is_empty()
         };
         (tier..tiers.len())
@@ -53,15 +47,15 @@ impl Pass<'_> {
     /// so such a job is visited even once the walk settled. Nodes held later come from the free lists, in which
     /// no node has room for any later job's worker then.
     pub(super) fn held_room(&self, c: &Cluster) -> Vec<u32> {
-        let cloud = |p: usize| self.cfg.pools[p].market != Market::Fixed && !self.cfg.pools[p].external();
-        let free_in = |p: usize| {
-            let held = self.reserved.iter().filter(|r| r.0 == p);
-            held.map(|r| c.nodes[r.2.0 as usize].free()).max().unwrap_or(0)
-        };
-        self.pool_order
-            .iter()
-            .map(|order| order.iter().filter(|&&p| cloud(p)).map(|&p| free_in(p)).max().unwrap_or(0))
-            .collect()
+        let launched = |p: &&usize| self.cfg.pools[**p].launched();
+        let most = |order: &Vec<usize>| order.iter().filter(launched).map(|&p| self.held_free(c, p)).max();
+        self.pool_order.iter().map(|order| most(order).unwrap_or(0)).collect()
+    }
+
+    /// Returns the most free GPUs on a node of pool `p` that the walk holds (0: none held there).
+    fn held_free(&self, c: &Cluster, p: usize) -> u32 {
+        let held = self.reserved.iter().filter(|r| r.0 == p);
+        held.map(|r| c.nodes[r.2.0 as usize].free()).max().unwrap_or(0)
     }
 
     /// Passes job `id` by once the walk settled: tells it why it waits where that changed, and counts it toward
@@ -84,8 +78,7 @@ impl Pass<'_> {
 /// budget would say it waits for owned capacity, and ask to be woken when the budget ends; no capacity it could
 /// buy either then, so capacity is what it waits for, without a wake-up that would change nothing.)
 pub(crate) fn passed_by_reason(c: &Cluster, job: &Job, now: Time) -> PendingReason {
-    let team = &c.teams[job.team];
-    if team.quota_gpus.is_some_and(|q| team.used_gpus.saturating_add(job.total_gpus()) > q) {
+    if c.teams[job.team].over_quota(job.total_gpus()) {
         return PendingReason::TeamQuota;
     }
     if job.not_before.is_some_and(|t| t > now) {
@@ -94,15 +87,20 @@ pub(crate) fn passed_by_reason(c: &Cluster, job: &Job, now: Time) -> PendingReas
     PendingReason::NoCapacity
 }
 
+/// Returns when queued `job` stops waiting for owned capacity: when its waiting budget ends (`fixed`: its tier's
+/// size-independent budget, if it has one), or `now` for a job that already ran (interrupted, preempted, lost),
+/// which does not wait for owned capacity again.
+pub(crate) fn burst_at(c: &Cluster, cfg: &Config, fixed: Option<Time>, job: &Job, now: Time) -> Time {
+    if job.attempt > 0 {
+        return now;
+    }
+    job.queued_since.saturating_add(fixed.unwrap_or_else(|| crate::budget_place::budget_of(c, cfg, job)))
+}
+
 /// Returns whether queued `job` is still inside its waiting budget for owned capacity (a visit leaves it waiting,
-/// not blocked). A job that already ran (interrupted, preempted, lost) does not wait for owned capacity again.
+/// not blocked).
 pub(crate) fn in_budget(c: &Cluster, cfg: &Config, job: &Job, now: Time) -> bool {
-    let tier = &cfg.tiers[job.tier];
-    job.attempt == 0
-        && now
-            < job.queued_since.saturating_add(
-                crate::wait_budget::fixed_wait(tier).unwrap_or_else(|| crate::budget_place::budget_of(c, cfg, job)),
-            )
+    now < burst_at(c, cfg, crate::wait_budget::fixed_wait(&cfg.tiers[job.tier]), job, now)
 }
 
 /// Returns whether a job queued in tier `from` or a lower one may be one that can buy: its kind (GPUs per worker,
