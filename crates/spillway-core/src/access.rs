@@ -7,7 +7,7 @@ use crate::time::{Time, secs};
 
 /// Returns the pools `job` may run on, in placement order.
 pub(crate) fn job_pools<'a>(cfg: &'a Config, order: &'a [usize], access: Access) -> impl Iterator<Item = usize> + 'a {
-    order.iter().copied().filter(move |&p| match cfg.pools[p].market {
+    order.iter().copied().take_while(move |&p| Some(p) != access.before).filter(move |&p| match cfg.pools[p].market {
         Market::Spot => access.spot,
         Market::OnDemand => access.on_demand,
         Market::Fixed => true,
@@ -19,6 +19,9 @@ pub(crate) fn job_pools<'a>(cfg: &'a Config, order: &'a [usize], access: Access)
 pub(crate) struct Access {
     pub spot: bool,
     pub on_demand: bool,
+    /// Only the pools the job's order puts before this one: a job leaving that pool for a cheaper one (see
+    /// `spot_hop`). `None` for every job the scheduler places.
+    pub before: Option<usize>,
 }
 
 impl Access {
@@ -29,7 +32,7 @@ impl Access {
     pub(crate) fn of(job: &Job, now: Time) -> Access {
         let back_on_spot = job.interruptible && job.spot_only_until.is_some_and(|t| t > now);
         let waits_for_spot = job.interruptible && job.deadline_governs();
-        Access { spot: job.interruptible, on_demand: !waits_for_spot && !back_on_spot }
+        Access { spot: job.interruptible, on_demand: !waits_for_spot && !back_on_spot, before: None }
     }
 
     /// Returns whether a running job is ahead of uniform progress by at least `slack_ms` (always true for a job
@@ -67,7 +70,7 @@ impl Need {
 impl Access {
     /// Returns spot-only access (buying spot capacity ahead of moving a running job there).
     pub(crate) fn spot_only() -> Access {
-        Access { spot: true, on_demand: false }
+        Access { spot: true, on_demand: false, before: None }
     }
 }
 

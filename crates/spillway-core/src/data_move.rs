@@ -24,6 +24,7 @@ impl Engine {
         if let Some(d) = j.data.as_deref_mut() {
             d.transfer_ms = 0;
             d.transfer_usd = 0.0;
+            d.hopping = false;
         }
         let Some(gb) = j.spec.checkpoint_gb.filter(|&g| g > 0.0) else { return };
         let Some(to) = self.cfg.pools[pool].region.clone() else { return };
@@ -122,6 +123,7 @@ pub(crate) fn order_for(
     // moves; a first start chooses on price alone.
     let may_wait = job.state == crate::model::JobState::Queued
         && job.attempt > 0
+        && !job.data.as_deref().is_some_and(|d| d.hopping)
         && order.iter().any(|&q| cfg.pools[q].market == Market::Spot && price.moves(q) == (0.0, 0));
     let mut back_at: Option<Time> = None;
     keyed.retain(|k| {
@@ -147,6 +149,17 @@ pub(crate) fn spot_move_pays(c: &Cluster, cfg: &Config, order: &[usize], job: &J
     let Some(price) = MovePrice::of(c, cfg, order, job, now) else { return true };
     let stay = crate::access::gpu_price(cfg, here);
     order.iter().any(|&p| cfg.pools[p].market == Market::Spot && price.per_gpu_hour(p) < stay)
+}
+
+/// Returns running job `job`'s price per GPU-hour of cloud pool `pool` at `now` were it to stop and start there:
+/// the pool's price, plus moving its data there spread over its remaining work ([`MovePrice::moved_in`]) when its data
+/// may move. The copy its last move left is no help: the checkpoint it writes as it stops is newer. The moves
+/// interruptions may force are left out: a job that moves by choice moves for a lower price, not on a guess
+/// about interruptions drawn from a few of them (a large checkpoint mostly waits an outage out anyway).
+pub(crate) fn price_for(c: &Cluster, cfg: &Config, order: &[usize], job: &Job, pool: usize, now: Time) -> f64 {
+    let Some(mut price) = MovePrice::of(c, cfg, order, job, now) else { return crate::access::gpu_price(cfg, pool) };
+    price.copy = None;
+    price.moved_in(pool)
 }
 
 /// What a move costs one job: its data's size and region, its GPUs and workers, the hours its remaining work
@@ -186,11 +199,15 @@ impl<'a> MovePrice<'a> {
     /// nodes paid while the data moves) spread over the remaining work, plus for spot the moves its interruptions
     /// are expected to force out of it ([`Self::interruption_usd_per_hour`]).
     fn per_gpu_hour(&self, p: usize) -> f64 {
+        self.moved_in(p) + self.interruption_usd_per_hour(p) / self.gpus
+    }
+
+    /// Returns pool `p`'s price per GPU-hour for this job with the move into it (egress, and the nodes paid
+    /// while the data moves) spread over the remaining work.
+    fn moved_in(&self, p: usize) -> f64 {
         let (usd, ms) = self.moves(p);
         let transfer_h = ms as f64 / HOUR_MS as f64;
-        let into =
-            crate::access::gpu_price(self.cfg, p) * (1.0 + transfer_h / self.hours) + usd / (self.gpus * self.hours);
-        into + self.interruption_usd_per_hour(p) / self.gpus
+        crate::access::gpu_price(self.cfg, p) * (1.0 + transfer_h / self.hours) + usd / (self.gpus * self.hours)
     }
 
     /// Returns how long a queued job waits for spot where its data is before it moves to spot pool `p` in

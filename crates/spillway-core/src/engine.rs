@@ -388,6 +388,11 @@ impl Engine {
         let (leaving, at_risk_demand) = self.move_at_risk(&mut wake);
         blocked.extend(leaving);
         shadow.extend(at_risk_demand);
+        // Jobs on a spot pool move to a cheaper one that pays the restart, make before break likewise.
+        let (hops, hop_demand, hopping) = self.hop_to_cheaper_spot(&mut wake);
+        blocked.extend(hops);
+        shadow.extend(hop_demand);
+        let watching = watching || hopping;
         let scale_actions = self.c.counters.scale_actions;
         let (claimed, starved) = self.scale_out(&blocked, &shadow, &mut wake);
         self.scale_in(&claimed, &starved, &mut wake);

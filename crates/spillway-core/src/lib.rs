@@ -31,6 +31,7 @@ mod scale_out;
 mod schedule;
 mod shape;
 mod spec_check;
+mod spot_hop;
 mod state;
 pub mod time;
 pub mod wait_budget;

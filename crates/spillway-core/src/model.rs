@@ -174,6 +174,9 @@ pub struct JobData {
     pub transfer_usd: f64,
     /// Egress booked for all its moves so far, less what transfers cut short never sent (USD).
     pub egress_usd: f64,
+    /// It left a spot pool by choice for a cheaper one (see `spot_hop`) and has not started since: it does not
+    /// wait for spot where its data is, as a job an interruption stopped may.
+    pub hopping: bool,
 }
 
 /// What a decision pass reads of every job's spec, copied when it is submitted (a spec never changes after) so a

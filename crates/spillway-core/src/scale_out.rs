@@ -333,7 +333,8 @@ impl Planner<'_> {
         // A capped team's job buys nothing, so what it found is no guide for another team's job of its shape.
         let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1 | u8::from(e.team_capped(job.team)) << 2;
         // A job whose data may move tries pools in an order of its own: what its shape found is no guide.
-        let own_order = crate::data_move::may_move(job);
+        // So does a job leaving its pool for a cheaper one (it may buy only before its pool in its order).
+        let own_order = crate::data_move::may_move(job) || access.before.is_some();
         // A single worker claims nothing, and one that found no room finds none while GPUs are only taken.
         let remembered = self.no_room.get(job, access, key).filter(|&(.., mask, taken)| {
             !own_order && !e.exhaustive && (job.gang.workers == 1 || taken == self.taken_in(mask))
@@ -351,7 +352,11 @@ impl Planner<'_> {
         let held_to_spot = self.candidates(id, access, fallback_at, wake, &mut cands);
         let mut reason = PendingReason::NoCapacity;
         let mut first_why: Option<(usize, NotGrown)> = None;
-        for &p in &cands {
+        // A job that left its node for a cheaper spot pool counts on the nodes ready or booting that hold it in
+        // any pool it may use before it buys in an earlier one: it left for them, and starts on them once its
+        // checkpoint is written.
+        let counted = hopping(job) && cands.iter().any(|&p| self.counts_on(id, p));
+        for &p in cands.iter().filter(|_| !counted) {
             match self.in_pool(id, p, wake) {
                 InPool::Fits => {
                     reason = PendingReason::WaitingForNodes;
@@ -373,6 +378,9 @@ impl Planner<'_> {
                     }
                 }
             }
+        }
+        if counted {
+            reason = PendingReason::WaitingForNodes;
         }
         if reason == PendingReason::NoCapacity && !own_order {
             let mask = cands.iter().fold(0u64, |m, &p| m | 1u64.checked_shl(p as u32).unwrap_or(u64::MAX));
@@ -441,12 +449,28 @@ impl Planner<'_> {
         false
     }
 
+    /// Returns whether job `id`'s whole gang fits the nodes it may count on in pool `p` (ready, booting,
+    /// planned); if so it takes them, and claims the ready ones where a gang or a job moving to cheaper spot
+    /// would (see [`Planner::in_pool`]).
+    fn counts_on(&mut self, id: JobId, p: usize) -> bool {
+        let job = &self.e.c.jobs[id.0 as usize];
+        let (g, w, model) = (job.spec.gpus_per_worker, job.gang.max_workers, job.spec.gpu_model.as_deref());
+        if fits(&mut self.forks[p], g, w, model, &mut self.slots) > 0 {
+            return false;
+        }
+        self.taken[p] += 1;
+        if (w > 1 || hopping(job)) && !self.out.starved.contains_key(&p) {
+            self.out.claimed.extend(ready(&self.slots));
+        }
+        true
+    }
+
     /// Tries one pool for a job: the nodes it counts on there (ready, booting, planned) hold it, or it buys
     /// nodes there, or neither (with why the pool did not grow, when that is the reason). A gang claims the ready
     /// nodes it counts on (so scale-in does not remove them under it) only where the pool can still grow for the
     /// rest, and not in a pool an earlier job is starving in (there scale-in must be free to swap nodes). Only a
     /// gang assembles across ready nodes; a single worker that fits a ready node was held back for another
-    /// reason (strict queue order, a reservation) and must not pin it. Claims and starving are judged on what the
+    /// reason (strict queue order, a reservation) and must not pin it, unless it left its node for this one. Claims and starving are judged on what the
     /// pool holds after this job's own launch, as the next pass would judge them.
     fn in_pool(&mut self, id: JobId, p: usize, wake: &mut WakeAt) -> InPool {
         let e = self.e;
@@ -457,7 +481,7 @@ impl Planner<'_> {
         let spare = w.saturating_sub(job.gang.workers);
         let room = self.limits.maxes[p].saturating_sub(e.c.pools[p].alive + self.planned[p]);
         let free_pool = !self.out.starved.contains_key(&p);
-        let claims = |left: u32, room: u32| w > 1 && free_pool && (left == 0 || room > 0);
+        let claims = |left: u32, room: u32| (w > 1 || hopping(job)) && free_pool && (left == 0 || room > 0);
         let best = e.best_workers_per_node(p, g, model);
         let starving = |left: u32, room: u32| best == 0 || room < left.div_ceil(best);
         let left = fits(&mut self.forks[p], g, w, model, &mut self.slots);
@@ -584,6 +608,12 @@ impl Planner<'_> {
 fn fits(fork: &mut Fork<'_>, g: u32, w: u32, model: Option<&str>, slots: &mut Vec<(Slot, u32)>) -> u32 {
     place(fork, g, w, model, true, slots);
     w - slots.len() as u32
+}
+
+/// Returns whether `job` left its spot node for a cheaper pool and has not started since (see `spot_hop`): it
+/// starts on the node it left for once its checkpoint is written, so it claims that node from scale-in.
+fn hopping(job: &crate::model::Job) -> bool {
+    job.state == JobState::Queued && job.data.as_deref().is_some_and(|d| d.hopping)
 }
 
 /// Returns the ready nodes among the slots a placement took.

@@ -2,10 +2,10 @@
 //! region, replayed
 //! over multi-region spot sets: SkyNomad's 13 GCP H100 zones in 8 regions on 3 continents (each zone its own
 //! spot pool at its own price, replayed from the file's `prices`), and the AWS V100 preemption set's 3 zones in
-//! 3 US regions. A move between regions pays egress (AWS: the built-in price table, $0.02/GB in the US; GCP:
+//! 3 US regions. A move between regions pays egress (AWS: the built-in price table, $0.01-0.02/GB in the US; GCP:
 //! $0.02/GB within a continent and $0.08/GB between, GCP's published range) and its transfer time.
 //!
-//! For every checkpoint size and start window (one a day) it runs `safe`, `greedy` and always-on-demand through the simulator and
+//! For every checkpoint size and start window (one every 6 hours) it runs `safe`, `greedy` and always-on-demand through the simulator and
 //! computes the offline optimum by dynamic programming over the ticks ([`optimum`]): it knows every zone's
 //! availability, pays a boot on every start and the egress and transfer of every move between regions. It checks
 //! that `safe` never misses, costs at most 1% above always-on-demand, and more than 2% above a `greedy` that met
@@ -28,7 +28,7 @@ const BOOT_S: f64 = 600.0;
 /// Checkpoint sizes (GB): the 50 GB, and 10x and 100x it.
 const CHECKPOINT_GB: [f64; 3] = [50.0, 500.0, 5000.0];
 const TRANSFER_GBPS: f64 = 10.0;
-const WINDOW_EVERY_H: f64 = 24.0;
+const WINDOW_EVERY_H: f64 = 6.0;
 
 /// One zone: its trace, region, zone name and spot price per node-hour (and the file's price trace, if any).
 struct Zone {
@@ -65,8 +65,13 @@ fn gcp_egress(a: &str, b: &str) -> f64 {
 }
 
 fn aws_egress(a: &str, b: &str) -> f64 {
-    // Every pair here is in the US: $0.02/GB in AWS's price list (the engine reads its built-in table).
-    if a == b { 0.0 } else { 0.02 }
+    // Every pair here is in the US. AWS's price list (`prices/aws_egress_usd_per_gb.csv`, the engine's built-in
+    // table): $0.01/GB between us-east-1 and us-east-2, $0.02/GB between other US regions.
+    match (a, b) {
+        _ if a == b => 0.0,
+        ("us-east-1", "us-east-2") | ("us-east-2", "us-east-1") => 0.01,
+        _ => 0.02,
+    }
 }
 
 fn read(file: &Path) -> (String, serde_json::Value) {
@@ -288,7 +293,7 @@ fn a_deadline_job_across_regions_never_misses_and_weighs_egress() {
     let Some(sets) = sets() else { return };
     for gb in CHECKPOINT_GB {
         let safe_x = size(&sets, gb);
-        // 1.04x when written (500 GB 1.08x, 5 TB 1.04x): the target is 5% of the optimum at 50 GB.
+        // 1.038x when written (500 GB 1.084x, 5 TB 1.070x; 90 windows): the target is 5% of the optimum at 50 GB.
         let bound = if gb <= 50.0 { 1.05 } else { 1.15 };
         assert!(safe_x <= bound, "{gb} GB: safe's mean cost is {safe_x:.3}x the optimum");
     }
