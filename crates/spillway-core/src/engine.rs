@@ -163,6 +163,7 @@ impl Engine {
             exit: None,
             not_before: None,
             pinned_on_demand: false,
+            on_reserve: false,
             spot_only_until: None,
             not_grown: None,
             data,

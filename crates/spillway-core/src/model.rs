@@ -132,6 +132,10 @@ pub struct Job {
     pub interruptible: bool,
     /// Moved to on-demand (too many interruptions, or its deadline no longer leaves room for spot).
     pub pinned_on_demand: bool,
+    /// A deadline job whose slack is down to its reserve (the `safe` policy's `deadline_reserve_trips`): it no
+    /// longer waits for spot; it runs on on-demand while spot cannot be had and moves back to spot when spot can
+    /// take it again, until its slack pins it to on-demand.
+    pub on_reserve: bool,
     /// While it waits for capacity (`NoCapacity`): the first pool it may buy in and why that pool did not grow.
     pub not_grown: Option<(usize, crate::growth::NotGrown)>,
     pub gang: Gang,

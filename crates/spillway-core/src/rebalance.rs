@@ -1,8 +1,8 @@
 //! Return to spot: an interruptible job that fell back to on-demand (spot was out, full or backed off) moves
 //! back to spot once spot can take it again. Make before break: at a checkpoint the job asks for a spot node
 //! (shadow demand for the autoscaler) while it keeps running on on-demand, and moves (checkpoint, stop, restart)
-//! only when a spot node that fits is ready. (A deadline job reaches on-demand only when its slack pins it there,
-//! for good, so it never moves back; the guard below that keeps one ahead of uniform progress is for safety.) Without
+//! only when a spot node that fits is ready. (A deadline job pinned to on-demand by its slack stays there; one on
+//! its reserve moves back while its slack beyond what it keeps pays the move.) Without
 //! this, a long job that fell back once would pay the on-demand price for the rest of its run.
 
 use crate::access::Access;
@@ -82,7 +82,13 @@ impl Engine {
                         continue;
                     }
                     let move_cost = secs(2.0 * (pool.boot_latency_s + self.cfg.tiers[j.tier].checkpoint_time_s));
-                    if !Access::ahead_of_uniform(j, now, move_cost) {
+                    if j.on_reserve {
+                        // Its slack beyond what it keeps pays the move (slack never grows: no wake-up).
+                        let pin = crate::access::deadline_pin_at(&self.cfg, &self.pool_order[j.tier], j, now);
+                        if pin.is_none_or(|pin| pin - now < move_cost) {
+                            continue;
+                        }
+                    } else if !Access::ahead_of_uniform(j, now, move_cost) {
                         if let Some(t) = ahead_at(j, now, move_cost) {
                             wake.at(t);
                         }
@@ -134,7 +140,12 @@ impl Engine {
             );
             self.requeue(id, StopReason::Migrated);
             let j = &mut self.c.jobs[id.0 as usize];
-            j.spot_only_until = Some(now + secs(self.cfg.tiers[j.tier].spot_fallback_after_s.clamp(600.0, 86_400.0)));
+            // A deadline job on its reserve goes back to on-demand as soon as spot is lost: its slack, not a
+            // timer, bounds how often it bounces.
+            if !j.on_reserve {
+                j.spot_only_until =
+                    Some(now + secs(self.cfg.tiers[j.tier].spot_fallback_after_s.clamp(600.0, 86_400.0)));
+            }
             if let Some(t) = j.not_before {
                 wake.at(t);
             }

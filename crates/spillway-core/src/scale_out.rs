@@ -326,9 +326,14 @@ impl Planner<'_> {
         let job = &e.c.jobs[id.0 as usize];
         // Its reason stays `checkpointing` until the checkpoint is written; a running job has none.
         let job_checkpointing = is_shadow || job.not_before.is_some_and(|t| t > now);
-        // A job with a deadline leaves spot when its slack says so (the scheduler pins it), not after a wait.
-        let fallback_at =
-            job.queued_since + if job.deadline_governs() { secs(1e12) } else { self.fallback_after[job.tier] };
+        // A job with a deadline leaves spot when its slack says so (the scheduler pins it), not after a wait; on
+        // its reserve it takes on-demand at once where spot cannot be had.
+        let fallback_at = job.queued_since
+            + match (job.deadline_governs(), job.on_reserve) {
+                (true, false) => secs(1e12),
+                (true, true) => 0,
+                (false, _) => self.fallback_after[job.tier],
+            };
         let access = shadow.unwrap_or_else(|| Access::of(job, now));
         // A capped team's job buys nothing, so what it found is no guide for another team's job of its shape.
         let key = u8::from(is_shadow) | u8::from(now < fallback_at) << 1 | u8::from(e.team_capped(job.team)) << 2;

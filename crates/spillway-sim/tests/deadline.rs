@@ -81,8 +81,10 @@ fn config(o: &Offering, policy: &str) -> Config {
         od = o.on_demand,
         sp = o.spot
     );
-    if policy == "greedy" {
-        text += "[policy]\ndeadline_policy = \"greedy\"\n";
+    match policy {
+        "greedy" => text += "[policy]\ndeadline_policy = \"greedy\"\n",
+        "no-reserve" => text += "[policy]\ndeadline_reserve_trips = 0\n",
+        _ => {}
     }
     Config::parse("deadline.toml", &text).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -161,13 +163,51 @@ fn the_optimum_pays_boots_and_uses_spot_only_where_it_can_be_had() {
     assert_eq!(optimum(&[true; 5], 5, 5, 1, 10.0, 1.0), None);
 }
 
+/// One policy's tallies over the windows.
+#[derive(Default)]
+struct Tally {
+    /// Sum over windows of cost / optimum.
+    over_optimum: f64,
+    /// Windows where it cost more than 2% above a greedy that met its deadline.
+    over_greedy: Vec<String>,
+    /// Its highest cost / always-on-demand.
+    worst_od: f64,
+    missed: usize,
+}
+
+impl Tally {
+    fn add(&mut self, at: &str, (cost, met): (f64, bool), best: f64, od: f64, greedy: (f64, bool)) {
+        self.over_optimum += cost / best;
+        self.worst_od = self.worst_od.max(cost / od);
+        self.missed += usize::from(!met);
+        if greedy.1 && cost > greedy.0 * 1.02 + 1e-6 {
+            self.over_greedy.push(format!("{at}: ${cost:.0} vs greedy ${:.0}", greedy.0));
+        }
+    }
+
+    fn report(&self, name: &str, windows: usize) -> f64 {
+        let x = self.over_optimum / windows as f64;
+        println!(
+            "{name}: {x:.3}x the optimum on average, missed {}, at most {:.3}x always-on-demand, more than 2% above \
+             a greedy that met its deadline in {} windows",
+            self.missed,
+            self.worst_od,
+            self.over_greedy.len()
+        );
+        x
+    }
+}
+
 #[test]
 fn a_deadline_job_never_misses_and_spends_its_slack_on_spot_first() {
     let Some(offerings) = offerings() else { return };
     assert!(!offerings.is_empty(), "no spot traces found");
-    let (mut safe_over, mut greedy_over, mut windows) = (0.0, 0.0, 0usize);
-    let (mut over_greedy, mut greedy_missed): (Vec<String>, usize) = (Vec::new(), 0);
-    println!("{:<36} {:>7} {:>10} {:>10} {:>10} {:>10}", "trace", "windows", "od USD", "optimum", "safe", "greedy");
+    let (mut safe, mut no_reserve, mut greedy) = (Tally::default(), Tally::default(), Tally::default());
+    let mut windows = 0usize;
+    println!(
+        "{:<36} {:>7} {:>8} {:>8} {:>8} {:>10} {:>8}",
+        "trace", "windows", "od USD", "optimum", "safe", "no reserve", "greedy"
+    );
     for o in &offerings {
         let text = std::fs::read_to_string(&o.file).unwrap_or_else(|e| panic!("{}: {e}", o.file.display()));
         let name = o.file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
@@ -176,7 +216,7 @@ fn a_deadline_job_never_misses_and_spends_its_slack_on_spot_first() {
         let (work, deadline) = ((secs(WORK_H * 3600.0) / gap) as usize, (secs(DEADLINE_H * 3600.0) / gap) as usize);
         let boot = (secs(BOOT_S) as f64 / gap as f64).ceil() as usize;
         let per_tick = |usd_h: f64| usd_h * gap as f64 / 3_600_000.0;
-        let (mut sums, mut n) = ([0.0f64; 4], 0usize);
+        let (mut sums, mut n) = ([0.0f64; 5], 0usize);
         let mut start = 0;
         while start + secs(DEADLINE_H * 3600.0) <= trace.period_ms {
             let shifted = trace.shifted(start);
@@ -184,46 +224,35 @@ fn a_deadline_job_never_misses_and_spends_its_slack_on_spot_first() {
             let best = optimum(&spot, work, deadline, boot, per_tick(o.on_demand), per_tick(o.spot))
                 .unwrap_or_else(|| panic!("{name} at {start} ms: no schedule meets the deadline"));
             let (od, od_met) = run(o, "on-demand", &shifted);
-            let (safe, met) = run(o, "safe", &shifted);
-            let (greedy, greedy_met) = run(o, "greedy", &shifted);
+            let runs = [run(o, "safe", &shifted), run(o, "no-reserve", &shifted), run(o, "greedy", &shifted)];
             let at = format!("{name} from hour {}", start / 3_600_000);
             assert!(od_met, "{at}: always-on-demand missed");
-            assert!(met, "{at}: the safe deadline policy missed its deadline");
-            // A try on spot that an interruption ends at once costs a boot and a notice more than on-demand alone.
-            assert!(safe <= od * 1.01, "{at}: safe ${safe:.0} > always-on-demand ${od:.0} by more than 1%");
-            greedy_missed += usize::from(!greedy_met);
-            if greedy_met && safe > greedy * 1.02 + 1e-6 {
-                over_greedy.push(format!("{at}: safe ${safe:.0} vs greedy ${greedy:.0}"));
+            for (t, r) in [&mut safe, &mut no_reserve, &mut greedy].into_iter().zip(runs) {
+                t.add(&at, r, best, od, runs[2]);
             }
-            for (s, v) in sums.iter_mut().zip([od, best, safe, greedy]) {
+            assert!(runs[0].1 && runs[1].1, "{at}: the safe deadline policy missed its deadline: {runs:?}");
+            for (s, v) in sums.iter_mut().zip([od, best, runs[0].0, runs[1].0, runs[2].0]) {
                 *s += v;
             }
-            safe_over += safe / best;
-            greedy_over += greedy / best;
             n += 1;
             start += secs(WINDOW_EVERY_H * 3600.0);
         }
         windows += n;
-        let mean = |s: f64| s / n.max(1) as f64;
-        println!(
-            "{name:<36} {n:>7} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
-            mean(sums[0]),
-            mean(sums[1]),
-            mean(sums[2]),
-            mean(sums[3])
-        );
+        let m: Vec<f64> = sums.iter().map(|s| s / n.max(1) as f64).collect();
+        println!("{name:<36} {n:>7} {:>8.0} {:>8.0} {:>8.0} {:>10.0} {:>8.0}", m[0], m[1], m[2], m[3], m[4]);
     }
-    let (safe_x, greedy_x) = (safe_over / windows as f64, greedy_over / windows as f64);
-    println!("{windows} windows: mean cost over the optimum: safe {safe_x:.3}x, greedy {greedy_x:.3}x");
-    println!("greedy missed the deadline in {greedy_missed} windows, safe in none");
-    println!(
-        "windows where safe costs more than 2% above a greedy that met the deadline: {}\n  {}",
-        over_greedy.len(),
-        over_greedy.join("\n  ")
-    );
-    // Safe keeps a margin greedy does not: where spot comes back just after safe left it for good, greedy (lucky)
-    // is far cheaper. That may happen, but rarely.
-    assert!(over_greedy.len() * 100 <= windows, "safe above greedy by more than 2% in over 1% of the windows");
-    // A guard on the distance from the optimum (1.16x when written; greedy 1.16x).
-    assert!(safe_x <= 1.25, "safe's mean cost is {safe_x:.3}x the optimum");
+    println!("{windows} windows");
+    let safe_x = safe.report("safe", windows);
+    let no_reserve_x = no_reserve.report("safe, no reserve", windows);
+    greedy.report("greedy", windows);
+    println!("safe above greedy by more than 2%:\n  {}", safe.over_greedy.join("\n  "));
+    // A try on spot that an interruption ends at once costs a boot and a notice more than on-demand alone; with
+    // a reserve, a few trips back to spot that spot ends at once cost a boot at each end.
+    assert!(no_reserve.worst_od <= 1.01, "no reserve: {:.3}x always-on-demand", no_reserve.worst_od);
+    assert!(safe.worst_od <= 1.05, "safe: {:.3}x always-on-demand", safe.worst_od);
+    // Without a reserve safe waits as greedy does, with a margin: above it by more than 2% only where spot came
+    // back just after it left for good (greedy, lucky, was still waiting). That may happen, but rarely.
+    assert!(no_reserve.over_greedy.len() * 100 <= windows, "no reserve: above greedy by 2% too often");
+    // Guards on the distance from the optimum (safe 1.108x, no reserve 1.159x, greedy 1.157x when written).
+    assert!(safe_x <= 1.15 && safe_x < no_reserve_x, "safe {safe_x:.3}x, no reserve {no_reserve_x:.3}x");
 }

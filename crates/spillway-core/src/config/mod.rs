@@ -388,6 +388,12 @@ pub struct Policy {
     /// (the naive spot-until-late reference).
     #[serde(default)]
     pub deadline_policy: DeadlinePolicy,
+    /// Trips to on-demand and back to spot a `safe` deadline job keeps slack for: once its slack is down to that
+    /// many times what it keeps at its pin (plus the pin's own), it stops waiting for spot, runs on on-demand
+    /// while spot cannot be had and moves back to spot when spot can take it. 0: it waits for spot until its
+    /// slack pins it to on-demand for good.
+    #[serde(default = "default_reserve_trips")]
+    pub deadline_reserve_trips: u32,
     /// Spot interruptions of one offering within an hour that make it back off like a capacity failure.
     #[serde(default = "default_interruption_backoff")]
     pub interruption_backoff_after: u32,
@@ -410,6 +416,7 @@ impl Default for Policy {
             deadline_margin_s: default_deadline_margin_s(),
             interruption_backoff_after: default_interruption_backoff(),
             deadline_policy: DeadlinePolicy::Safe,
+            deadline_reserve_trips: default_reserve_trips(),
             elastic_resize_interval_s: default_elastic_interval_s(),
         }
     }
@@ -777,6 +784,9 @@ fn default_elastic_interval_s() -> f64 {
 
 fn default_deadline_margin_s() -> f64 {
     600.0
+}
+fn default_reserve_trips() -> u32 {
+    4
 }
 fn default_interruption_backoff() -> u32 {
     2

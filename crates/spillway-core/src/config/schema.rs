@@ -182,6 +182,12 @@ pub const POLICY: &[Key] = &[
     k("deadline_margin_s", Secs, "10m", "Slack a deadline job keeps before moving to on-demand (safe policy)."),
     k("deadline_policy", OneOf(&["safe", "greedy"]), "\"safe\"", "How deadline jobs leave spot."),
     k(
+        "deadline_reserve_trips",
+        Int,
+        "4",
+        "Trips to on-demand and back to spot a safe deadline job keeps slack for (0: on-demand for good).",
+    ),
+    k(
         "interruption_backoff_after",
         Int,
         "2",

@@ -136,6 +136,18 @@ impl Engine {
                 },
             );
         }
+        for id in plan.on_reserve {
+            self.record(
+                DecisionKind::Fallback,
+                || job_subject(id),
+                "deadline_reserve",
+                || {
+                    "slack is down to the reserve `safe` keeps for trips to on-demand and back: on-demand while spot \
+                    cannot be had, back to spot when it can"
+                        .into()
+                },
+            );
+        }
         for id in plan.pinned {
             self.record(
                 DecisionKind::Fallback,

@@ -44,6 +44,8 @@ struct SchedulePlan {
     reasons: Vec<(JobId, PendingReason)>,
     /// Deadline jobs this pass moved to on-demand.
     pinned: Vec<JobId>,
+    /// Deadline jobs whose slack came down to their reserve this pass (on-demand while spot cannot be had).
+    on_reserve: Vec<JobId>,
     /// Jobs it left waiting inside their budget for owned capacity, with when that ends.
     budgets: Vec<(Time, JobId)>,
 }
@@ -363,8 +365,9 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Asks to be woken when a job's access changes with time alone (back on spot), and pins
-    /// a deadline job to on-demand once its slack is spent.
+    /// Asks to be woken when a job's access changes with time alone (back on spot), lets a deadline job use
+    /// on-demand while spot cannot be had once its slack is down to its reserve, and pins it to on-demand once its
+    /// slack is spent.
     fn timers(&mut self, c: &mut Cluster, id: JobId, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
@@ -374,7 +377,20 @@ impl<'a> Pass<'a> {
         if !job.interruptible || job.spec.deadline.is_none() {
             return;
         }
-        match crate::access::deadline_pin_at(cfg, &self.pool_order[job.tier], job, now) {
+        let order = &self.pool_order[job.tier];
+        if !job.on_reserve && job.deadline_governs() {
+            match crate::access::deadline_reserve_at(cfg, order, job, now) {
+                // Slack only shrinks, so a job on its reserve stays there.
+                Some(at) if at <= now => {
+                    c.jobs[id.0 as usize].on_reserve = true;
+                    self.plan.on_reserve.push(id);
+                }
+                Some(at) => wake.at(at),
+                None => {}
+            }
+        }
+        let job = &c.jobs[id.0 as usize];
+        match crate::access::deadline_pin_at(cfg, order, job, now) {
             Some(at) if at <= now => {
                 let j = &mut c.jobs[id.0 as usize];
                 j.interruptible = false;
