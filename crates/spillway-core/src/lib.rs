@@ -35,6 +35,7 @@ mod spot_hop;
 mod state;
 pub mod time;
 pub mod wait_budget;
+mod what_if;
 mod window;
 
 pub use budget::BudgetStatus;
