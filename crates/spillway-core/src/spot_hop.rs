@@ -85,8 +85,8 @@ impl Engine {
     }
 
     /// Returns what running job `id` on spot pool `here` does: `None` when no cheaper spot pool it may use pays
-    /// the move (or it may not move: not interruptible, on on-demand for its deadline, little work left, its data
-    /// still arriving, its slack too short), `Now` when a ready node of such a pool holds it, `Ask` when one can
+    /// the move (or it may not move: not interruptible, on on-demand for its deadline, little work left, no
+    /// checkpoints, its data still arriving, run here less than a checkpoint interval, its slack too short), `Now` when a ready node of such a pool holds it, `Ask` when one can
     /// launch now.
     fn hop_of(&self, id: JobId, here: usize, wake: &mut WakeAt) -> Option<Hop> {
         let now = self.now;
@@ -99,14 +99,13 @@ impl Engine {
             return None;
         }
         let remaining = j.remaining_work_ms(now).filter(|&r| r >= MIN_REMAINING_MS)?;
-        match j.work_start() {
-            Some(s) if s <= now => {}
-            // Its data is still arriving: no progress yet, and leaving now would waste the transfer.
-            Some(s) => {
-                wake.at(s);
-                return None;
-            }
-            None => return None,
+        let (Some(start), Some(iv)) = (j.work_start(), j.checkpoint_interval_ms) else { return None };
+        if now < start.saturating_add(iv) {
+            // Its data is still arriving (leaving would waste the transfer), or it has run here less than a
+            // checkpoint interval: a job is never moved by the pass that placed it, and a move pays only after
+            // the work it has done here is saved once.
+            wake.at(start.saturating_add(iv));
+            return None;
         }
         let order = crate::data_move::order_for(&self.c, &self.cfg, &self.pool_order[j.tier], j, now)
             .map_or_else(|| self.pool_order[j.tier].clone(), |(o, _)| o);
