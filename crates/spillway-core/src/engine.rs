@@ -396,6 +396,12 @@ impl Engine {
         let watching = watching || hopping;
         let scale_actions = self.c.counters.scale_actions;
         let (claimed, starved) = self.scale_out(&blocked, &shadow, &mut wake);
+        if self.blocked_reordered && !(claimed.is_empty() && starved.is_empty()) {
+            // Which blocked job claims ready nodes or starves a pool (and so which idle nodes scale-in keeps or
+            // swaps) follows their order, and this pass's starts reorder the ones before the last start: the
+            // pass that sees them in their new order comes at this instant.
+            wake.at(now);
+        }
         self.scale_in(&claimed, &starved, &mut wake);
         self.budgets_ended(&mut wake);
         (self.last_blocked, self.last_shadow) = (blocked, shadow);

@@ -48,6 +48,8 @@ pub struct Engine {
     /// The last pass stopped where no job further on could start, preempt or buy: the jobs it did not reach
     /// wait for capacity as much as the blocked ones it did.
     pub(crate) last_settled: bool,
+    /// This pass started jobs that change the fair-share order of blocked jobs it met before its last start.
+    pub(crate) blocked_reordered: bool,
     /// Jobs a pass told they wait for owned capacity, by when their waiting budget ends: a job no pass reaches
     /// after that is told it waits for capacity.
     pub(crate) budget_ends: std::collections::BTreeSet<(Time, JobId)>,
@@ -100,6 +102,7 @@ impl Engine {
             last_blocked: Vec::new(),
             last_shadow: Vec::new(),
             last_settled: false,
+            blocked_reordered: false,
             budget_ends: std::collections::BTreeSet::new(),
             at_risk: std::collections::BTreeMap::new(),
             exhaustive: false,

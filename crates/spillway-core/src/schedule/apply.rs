@@ -29,6 +29,7 @@ impl Engine {
             due_without_victims: pass.due_without_victims,
             first_hold: pass.first_hold,
             last_start: pass.last_start,
+            first_block: pass.first_block,
             budget_room: pass.budget_room,
         };
         let mut plan = pass.plan;
@@ -93,12 +94,15 @@ impl Engine {
     /// quota started one, the next pass may take the jobs before the last of them in another order or skip one
     /// for its quota, and capacity held back for one blocked job there goes to another, or another job comes
     /// before the blocked cap (after the last start, the pass saw what the next one would).
-    fn wake_after(&self, plan: &SchedulePlan, end: &PassEnd, wake: &mut WakeAt) {
+    fn wake_after(&mut self, plan: &SchedulePlan, end: &PassEnd, wake: &mut WakeAt) {
         let progressed = !plan.started.is_empty() || !plan.preempted.is_empty();
         let jobs = || plan.started.iter().map(|(id, _)| &self.c.jobs[id.0 as usize]);
         let quota_started = jobs().any(|j| self.c.teams[j.team].quota_gpus.is_some());
         let reorder = progressed && (self.queue.teams_interleave() || quota_started);
-        let held_back = reorder && end.first_hold.is_some_and(|h| end.last_start.is_some_and(|s| h < s));
+        let before_last_start = |at: Option<usize>| at.is_some_and(|h| end.last_start.is_some_and(|s| h < s));
+        let held_back = reorder && before_last_start(end.first_hold);
+        // The scale-out planner reads the blocked jobs in this pass's order (see `decide`).
+        self.blocked_reordered = reorder && before_last_start(end.first_block);
         let victim_started = end.due_without_victims.is_some_and(|prio| {
             jobs().any(|j| {
                 let t = &self.cfg.tiers[j.tier];

@@ -70,6 +70,8 @@ struct PassEnd {
     due_without_victims: Option<u32>,
     first_hold: Option<usize>,
     last_start: Option<usize>,
+    /// Where in the scan the first blocked job came.
+    first_block: Option<usize>,
     /// A job inside its budget may have room on a cloud node a later job of the pass started on.
     budget_room: bool,
 }
@@ -139,6 +141,7 @@ struct Pass<'a> {
     /// order), and where the last job started.
     first_hold: Option<usize>,
     last_start: Option<usize>,
+    first_block: Option<usize>,
     plan: SchedulePlan,
 }
 
@@ -235,6 +238,7 @@ impl<'a> Pass<'a> {
             due_without_victims: None,
             first_hold: None,
             last_start: None,
+            first_block: None,
             plan: SchedulePlan {
                 // Sized for a pass that reaches the small cap, so a long queue does not grow it job by job.
                 blocked: Vec::with_capacity(queued.min(BLOCKED_CAP_NO_SCALE + 64)),
@@ -569,6 +573,7 @@ impl<'a> Pass<'a> {
     /// Notes a blocked job, under the cap for jobs that may buy or the one for jobs that may not.
     fn block(&mut self, id: JobId, tier: usize, access: Access) {
         self.plan.blocked.push(id);
+        self.first_block.get_or_insert(self.scanned);
         if self.may_buy(tier, access) {
             self.buying += 1;
         } else {
