@@ -107,7 +107,26 @@ pub(crate) fn gpu_price(cfg: &Config, pool: usize) -> f64 {
 pub(crate) fn deadline_pin_at(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Option<Time> {
     let deadline = job.spec.deadline?;
     let remaining = job.remaining_work_ms(now)?;
-    Some(deadline - remaining - deadline_keep(cfg, order, job, remaining, true)?)
+    Some(deadline - remaining - deadline_keep(cfg, order, job, remaining, job.data_at())?)
+}
+
+/// Returns whether deadline job `job` may start in (or move to) spot pool `q` at `now` and still reach its
+/// deadline the way it keeps it: its slack, less a checkpoint and the transfer of its data to `q`'s region (the
+/// work waits for it), must cover what it keeps once its data is there ([`deadline_keep`], which then counts the
+/// move back to the nearest on-demand pool). Always true for a job its deadline does not govern, for a pool in
+/// its data's region, and where its tier has no on-demand pool (nothing to keep slack for).
+pub(crate) fn deadline_allows(cfg: &Config, order: &[usize], job: &Job, q: usize, now: Time) -> bool {
+    let gb = job.spec.checkpoint_gb.unwrap_or(0.0);
+    let transfer = cfg.move_cost(job.data_at(), q, gb).1;
+    if !job.deadline_governs() || transfer == 0 {
+        return true;
+    }
+    let (Some(deadline), Some(remaining)) = (job.spec.deadline, job.remaining_work_ms(now)) else { return true };
+    let there = cfg.pools[q].region.as_deref().or(job.data_at());
+    let Some(keep) = deadline_keep(cfg, order, job, remaining, there) else { return true };
+    let ck = secs(cfg.tiers[job.tier].checkpoint_time_s);
+    let slack = deadline.saturating_sub(now).saturating_sub(remaining);
+    slack.saturating_sub(ck).saturating_sub(transfer) >= keep
 }
 
 /// Returns when a deadline job stops waiting for spot under the `safe` policy: its trips' worth (see below) of the
@@ -128,24 +147,24 @@ pub(crate) fn deadline_reserve_at(cfg: &Config, order: &[usize], job: &Job, now:
     }
     let deadline = job.spec.deadline?;
     let remaining = job.remaining_work_ms(now)?;
-    let keep = deadline_keep(cfg, order, job, remaining, true)?;
+    let keep = deadline_keep(cfg, order, job, remaining, job.data_at())?;
     // A trip costs a boot, a checkpoint and what an interruption loses, not the move of the data: where a move
-    // would not pay, the job does not go back to spot (see `rebalance`).
-    let trip = deadline_keep(cfg, order, job, remaining, false)?;
+    // would not pay, or its slack could not take it, the job does not go back to spot (see `rebalance`).
+    let trip = deadline_keep(cfg, order, job, remaining, None)?;
     Some(deadline.saturating_sub(remaining).saturating_sub(keep).saturating_sub(trip.saturating_mul(trips)))
 }
 
 /// Returns the slack a deadline job with `remaining` work keeps when it leaves spot for on-demand: an on-demand
 /// boot (with the move of its data there) plus, with the safe policy, a checkpoint, the work one interruption can
-/// lose and a margin; the boot counts the move of its data there (from the region it is in now) when `data`.
+/// lose and a margin; the boot counts the move of its data there from region `data` (none: no move).
 /// `None` when its tier has no on-demand pool.
-fn deadline_keep(cfg: &Config, order: &[usize], job: &Job, remaining: Time, data: bool) -> Option<Time> {
+fn deadline_keep(cfg: &Config, order: &[usize], job: &Job, remaining: Time, data: Option<&str>) -> Option<Time> {
     // Boot plus moving its data there, at the quickest on-demand pool.
-    let gb = if data { job.spec.checkpoint_gb.unwrap_or(0.0) } else { 0.0 };
+    let gb = job.spec.checkpoint_gb.unwrap_or(0.0);
     let od_boot = order
         .iter()
         .filter(|&&p| cfg.pools[p].market == Market::OnDemand)
-        .map(|&p| secs(cfg.pools[p].boot_latency_s).saturating_add(cfg.move_cost(job.data_at(), p, gb).1))
+        .map(|&p| secs(cfg.pools[p].boot_latency_s).saturating_add(cfg.move_cost(data, p, gb).1))
         .min()?;
     let tier = &cfg.tiers[job.tier];
     let keep = match cfg.policy.deadline_policy {

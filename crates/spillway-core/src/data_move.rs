@@ -130,6 +130,10 @@ pub(crate) fn order_for(
         if cfg.pools[k.2].market != Market::Spot {
             return true;
         }
+        if !crate::access::deadline_allows(cfg, order, job, k.2, now) {
+            // Moving its data there would leave it too little slack for its deadline.
+            return false;
+        }
         let wait_end = job.queued_since.saturating_add(price.move_wait_ms(k.2));
         if may_wait && now < wait_end {
             back_at = Some(back_at.map_or(wait_end, |b| b.min(wait_end)));

@@ -178,8 +178,9 @@ pub struct JobData {
     pub transfer_usd: f64,
     /// Egress booked for all its moves so far, less what transfers cut short never sent (USD).
     pub egress_usd: f64,
-    /// It left a spot pool by choice for a cheaper one (see `spot_hop`) and has not started since: it does not
-    /// wait for spot where its data is, as a job an interruption stopped may.
+    /// It left its node by choice for a ready or coming one elsewhere (a cheaper spot pool, see `spot_hop`; spot
+    /// again, from on-demand, see `rebalance`) and has not started since: the scale-out planner counts it on
+    /// that node, and it does not wait for spot where its data is, as a job an interruption stopped may.
     pub hopping: bool,
 }
 

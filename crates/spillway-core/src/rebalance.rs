@@ -84,7 +84,8 @@ impl Engine {
                     let move_cost = secs(2.0 * (pool.boot_latency_s + self.cfg.tiers[j.tier].checkpoint_time_s));
                     if j.on_reserve {
                         // Its slack beyond what it keeps pays the move (slack never grows: no wake-up).
-                        let pin = crate::access::deadline_pin_at(&self.cfg, &self.pool_order[j.tier], j, now);
+                        let order = &self.pool_order[j.tier];
+                        let pin = crate::access::deadline_pin_at(&self.cfg, order, j, now);
                         if pin.is_none_or(|pin| pin - now < move_cost) {
                             continue;
                         }
@@ -140,6 +141,8 @@ impl Engine {
             );
             self.requeue(id, StopReason::Migrated);
             let j = &mut self.c.jobs[id.0 as usize];
+            // The planner counts it on the ready spot node it leaves for (and keeps that node from scale-in).
+            j.data_mut().hopping = true;
             // A deadline job on its reserve goes back to on-demand as soon as spot is lost: its slack, not a
             // timer, bounds how often it bounces.
             if !j.on_reserve {
@@ -157,7 +160,9 @@ impl Engine {
     fn spot_node_ready_for(&self, id: JobId) -> bool {
         let j = &self.c.jobs[id.0 as usize];
         let (g, w, model) = (j.spec.gpus_per_worker, j.gang.workers, j.spec.gpu_model.as_deref());
-        self.pool_order[j.tier].iter().filter(|&&p| self.cfg.pools[p].market == Market::Spot).any(|&p| {
+        let order = &self.pool_order[j.tier];
+        let allowed = |p: usize| crate::access::deadline_allows(&self.cfg, order, j, p, self.now);
+        order.iter().filter(|&&p| self.cfg.pools[p].market == Market::Spot && allowed(p)).any(|&p| {
             let slots: u32 = self.c.free[p]
                 .range((g, crate::model::NodeId(0))..)
                 .filter(|(_, n)| model_fits(model, &self.c.nodes[n.0 as usize].gpu_model))
@@ -198,7 +203,9 @@ impl Engine {
         let j = &self.c.jobs[id.0 as usize];
         let (g, model) = (j.spec.gpus_per_worker, j.spec.gpu_model.as_deref());
         let fits = |&&(i, _): &&(usize, Time)| self.cfg.instance_types[i].holds(g, model);
-        let pools = self.pool_order[j.tier].iter().flat_map(|&p| launchable[p].iter());
+        let order = &self.pool_order[j.tier];
+        let allowed = |p: &usize| crate::access::deadline_allows(&self.cfg, order, j, *p, self.now);
+        let pools = order.iter().filter(|p| allowed(p)).flat_map(|&p| launchable[p].iter());
         pools.filter(fits).map(|&(_, t)| t).min()
     }
 }

@@ -569,8 +569,9 @@ fn fits(fork: &mut Fork<'_>, g: u32, w: u32, model: Option<&str>, slots: &mut Ve
     w - slots.len() as u32
 }
 
-/// Returns whether `job` left its spot node for a cheaper pool and has not started since (see `spot_hop`): it
-/// starts on the node it left for once its checkpoint is written, so it claims that node from scale-in.
+/// Returns whether `job` left its node for one elsewhere (a cheaper spot pool, or spot again from on-demand) and
+/// has not started since: it starts on the node it left for once its checkpoint is written, so it claims that
+/// node from scale-in.
 fn hopping(job: &crate::model::Job) -> bool {
     job.state == JobState::Queued && job.data.as_deref().is_some_and(|d| d.hopping)
 }

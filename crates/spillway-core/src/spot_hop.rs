@@ -70,9 +70,7 @@ impl Engine {
             );
             self.requeue(id, StopReason::Migrated);
             let j = &mut self.c.jobs[id.0 as usize];
-            if let Some(d) = j.data.as_deref_mut() {
-                d.hopping = true;
-            }
+            j.data_mut().hopping = true;
             if let Some(t) = j.not_before {
                 wake.at(t);
             }
@@ -158,6 +156,7 @@ impl Engine {
                 let restart_h = (boot as f64 * list(q) + ck as f64 * (list(q) + list(here))) / HOUR_MS as f64;
                 let pays = price(q) + restart_h / hours < stay;
                 pays && slack > ck.saturating_add(transfer).saturating_add(boot)
+                    && crate::access::deadline_allows(&self.cfg, order, j, q, now)
             })
             .collect()
     }

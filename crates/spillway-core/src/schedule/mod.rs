@@ -290,6 +290,12 @@ impl<'a> Pass<'a> {
     fn visit(&mut self, c: &mut Cluster, id: JobId, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
+        if self.buyers_only || c.teams[job.team].over_quota(job.total_gpus()) {
+            // Passed by or held by its team's quota, a deadline job still goes on its reserve or is pinned when
+            // its slack says so (which may also make it a job that may buy).
+            self.timers(c, id, wake);
+        }
+        let job = &c.jobs[id.0 as usize];
         if self.buyers_only && !self.may_buy(job.tier, Access::of(job, now)) {
             return;
         }
@@ -387,7 +393,11 @@ impl<'a> Pass<'a> {
                 // Slack only shrinks, so a job on its reserve stays there.
                 Some(at) if at <= now => {
                     c.jobs[id.0 as usize].on_reserve = true;
-                    self.plan.on_reserve.push(id);
+                    // Told only where it is not pinned at once (a deadline already too close).
+                    if crate::access::deadline_pin_at(cfg, order, &c.jobs[id.0 as usize], now).is_some_and(|p| p > now)
+                    {
+                        self.plan.on_reserve.push(id);
+                    }
                 }
                 Some(at) => wake.at(at),
                 None => {}
