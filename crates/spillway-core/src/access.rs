@@ -3,7 +3,7 @@
 
 use crate::config::{Config, DeadlinePolicy, Market};
 use crate::model::Job;
-use crate::time::{Time, secs};
+use crate::time::{Millis, Time, secs};
 
 /// Returns the pools `job` may run on, in placement order.
 pub(crate) fn job_pools<'a>(cfg: &'a Config, order: &'a [usize], access: Access) -> impl Iterator<Item = usize> + 'a {
@@ -27,7 +27,7 @@ pub(crate) struct Access {
 impl Access {
     /// Returns a job's access at `now`: spot only when interruptible; an interruptible job with a deadline and a
     /// duration waits for spot (or fixed) until its slack is down to its reserve (then it may use on-demand while
-    /// spot cannot be had, see [`deadline_reserve_at`]) or pins it to on-demand (both deadline policies spend the
+    /// spot cannot be had, see [`deadline_reserve`]) or pins it to on-demand (both deadline policies spend the
     /// slack on spot first; `safe` keeps more of it, see [`deadline_pin_at`]); a job just moved back to spot does
     /// not bounce onto on-demand again for a while.
     pub(crate) fn of(job: &Job, now: Time) -> Access {
@@ -129,29 +129,25 @@ pub(crate) fn deadline_allows(cfg: &Config, order: &[usize], job: &Job, q: usize
     slack.saturating_sub(ck).saturating_sub(transfer) >= keep
 }
 
-/// Returns when a deadline job stops waiting for spot under the `safe` policy: its trips' worth (see below) of the
-/// slack it keeps, before its pin ([`deadline_pin_at`]). From then it runs on on-demand while spot cannot be had and
+/// Returns how long before its pin ([`deadline_pin_at`]) a deadline job stops waiting for spot under the `safe`
+/// policy: its trips' worth (see below) of slack. From then it runs on on-demand while spot cannot be had and
 /// moves back to spot when spot can take it, as long as its slack covers the move. `None` under `greedy` (it
 /// waits for spot until it is pinned), with no trips, and where the pin is `None`.
 ///
 /// Without a reserve ([`crate::config::Policy::deadline_reserve_trips`]) a deadline job that spent its slack
 /// waiting for spot stays on on-demand for good, even where spot comes back hours later; with one it runs on
-/// on-demand only while spot cannot be had. Each trip (on-demand and back) costs at most what [`deadline_keep`]
-/// keeps, less the move of its data. Replaying the shared spot traces with jobs of 10-40 h and 5-20 h of slack, more trips lowered the mean
-/// cost over the offline optimum up to about four, at the price of windows where spot came back while a job
-/// that waited longer (`greedy`) would still have been waiting for it.
-pub(crate) fn deadline_reserve_at(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Option<Time> {
+/// on-demand only while spot cannot be had. A trip (on-demand and back) costs at most what [`deadline_keep`]
+/// keeps, less the move of its data: where a move would not pay, or its slack could not take it, the job does not
+/// go back to spot (see `rebalance`). Replaying the shared spot traces with jobs of 10-40 h and 5-20 h of slack,
+/// more trips lowered the mean cost over the offline optimum up to about four, at the price of windows where spot
+/// came back while a job that waited longer (`greedy`) would still have been waiting for it.
+pub(crate) fn deadline_reserve(cfg: &Config, order: &[usize], job: &Job, now: Time) -> Option<Millis> {
     let trips = i64::from(cfg.policy.deadline_reserve_trips);
     if cfg.policy.deadline_policy != DeadlinePolicy::Safe || trips == 0 {
         return None;
     }
-    let deadline = job.spec.deadline?;
-    let remaining = job.remaining_work_ms(now)?;
-    let keep = deadline_keep(cfg, order, job, remaining, job.data_at())?;
-    // A trip costs a boot, a checkpoint and what an interruption loses, not the move of the data: where a move
-    // would not pay, or its slack could not take it, the job does not go back to spot (see `rebalance`).
-    let trip = deadline_keep(cfg, order, job, remaining, None)?;
-    Some(deadline.saturating_sub(remaining).saturating_sub(keep).saturating_sub(trip.saturating_mul(trips)))
+    let trip = deadline_keep(cfg, order, job, job.remaining_work_ms(now)?, None)?;
+    Some(trip.saturating_mul(trips))
 }
 
 /// Returns the slack a deadline job with `remaining` work keeps when it leaves spot for on-demand: an on-demand

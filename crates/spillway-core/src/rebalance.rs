@@ -156,13 +156,20 @@ impl Engine {
         (moves, shadow, watching)
     }
 
+    /// Returns the spot pools job `j` may move to now, in its tier's order: those its deadline lets it move its
+    /// data to ([`crate::access::deadline_allows`]).
+    fn spot_pools_for<'a>(&'a self, j: &'a crate::model::Job) -> impl Iterator<Item = usize> + 'a {
+        let order = &self.pool_order[j.tier];
+        order.iter().copied().filter(move |&p| {
+            self.cfg.pools[p].market == Market::Spot && crate::access::deadline_allows(&self.cfg, order, j, p, self.now)
+        })
+    }
+
     /// Returns whether a ready spot node the job may use has room for every worker of it.
     fn spot_node_ready_for(&self, id: JobId) -> bool {
         let j = &self.c.jobs[id.0 as usize];
         let (g, w, model) = (j.spec.gpus_per_worker, j.gang.workers, j.spec.gpu_model.as_deref());
-        let order = &self.pool_order[j.tier];
-        let allowed = |p: usize| crate::access::deadline_allows(&self.cfg, order, j, p, self.now);
-        order.iter().filter(|&&p| self.cfg.pools[p].market == Market::Spot && allowed(p)).any(|&p| {
+        self.spot_pools_for(j).any(|p| {
             let slots: u32 = self.c.free[p]
                 .range((g, crate::model::NodeId(0))..)
                 .filter(|(_, n)| model_fits(model, &self.c.nodes[n.0 as usize].gpu_model))
@@ -203,9 +210,7 @@ impl Engine {
         let j = &self.c.jobs[id.0 as usize];
         let (g, model) = (j.spec.gpus_per_worker, j.spec.gpu_model.as_deref());
         let fits = |&&(i, _): &&(usize, Time)| self.cfg.instance_types[i].holds(g, model);
-        let order = &self.pool_order[j.tier];
-        let allowed = |p: &usize| crate::access::deadline_allows(&self.cfg, order, j, *p, self.now);
-        let pools = order.iter().filter(|p| allowed(p)).flat_map(|&p| launchable[p].iter());
+        let pools = self.spot_pools_for(j).flat_map(|p| launchable[p].iter());
         pools.filter(fits).map(|&(_, t)| t).min()
     }
 }

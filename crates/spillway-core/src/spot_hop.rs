@@ -84,8 +84,8 @@ impl Engine {
 
     /// Returns what running job `id` on spot pool `here` does: `None` when no cheaper spot pool it may use pays
     /// the move (or it may not move: not interruptible, on on-demand for its deadline, little work left, no
-    /// checkpoints, its data still arriving, run here less than a checkpoint interval, its slack too short), `Now` when a ready node of such a pool holds it, `Ask` when one can
-    /// launch now.
+    /// checkpoints, its data still arriving, run here less than a checkpoint interval, its slack too short),
+    /// `Now` when a ready node of such a pool holds it, `Ask` when one can launch now.
     fn hop_of(&self, id: JobId, here: usize, wake: &mut WakeAt) -> Option<Hop> {
         let now = self.now;
         let j = &self.c.jobs[id.0 as usize];

@@ -290,7 +290,8 @@ impl<'a> Pass<'a> {
     fn visit(&mut self, c: &mut Cluster, id: JobId, wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
-        if self.buyers_only || c.teams[job.team].over_quota(job.total_gpus()) {
+        let timed_early = self.buyers_only || c.teams[job.team].over_quota(job.total_gpus());
+        if timed_early {
             // Passed by or held by its team's quota, a deadline job still goes on its reserve or is pinned when
             // its slack says so (which may also make it a job that may buy).
             self.timers(c, id, wake);
@@ -319,7 +320,9 @@ impl<'a> Pass<'a> {
             }
             return;
         }
-        self.timers(c, id, wake);
+        if !timed_early {
+            self.timers(c, id, wake);
+        }
         let job = &c.jobs[id.0 as usize];
         let access = Access::of(job, now);
         let burst_at = reach::burst_at(c, cfg, self.fixed_wait[job.tier], job, now);
@@ -388,14 +391,15 @@ impl<'a> Pass<'a> {
             return;
         }
         let order = &self.pool_order[job.tier];
+        let pin = crate::access::deadline_pin_at(cfg, order, job, now);
         if !job.on_reserve && job.deadline_governs() {
-            match crate::access::deadline_reserve_at(cfg, order, job, now) {
+            let reserve = crate::access::deadline_reserve(cfg, order, job, now);
+            match pin.zip(reserve).map(|(pin, reserve)| pin.saturating_sub(reserve)) {
                 // Slack only shrinks, so a job on its reserve stays there.
                 Some(at) if at <= now => {
                     c.jobs[id.0 as usize].on_reserve = true;
                     // Told only where it is not pinned at once (a deadline already too close).
-                    if crate::access::deadline_pin_at(cfg, order, &c.jobs[id.0 as usize], now).is_some_and(|p| p > now)
-                    {
+                    if pin.is_some_and(|p| p > now) {
                         self.plan.on_reserve.push(id);
                     }
                 }
@@ -403,8 +407,7 @@ impl<'a> Pass<'a> {
                 None => {}
             }
         }
-        let job = &c.jobs[id.0 as usize];
-        match crate::access::deadline_pin_at(cfg, order, job, now) {
+        match pin {
             Some(at) if at <= now => {
                 let j = &mut c.jobs[id.0 as usize];
                 j.interruptible = false;
