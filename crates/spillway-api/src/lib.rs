@@ -348,6 +348,11 @@ pub struct JobView {
     /// The region its data is in now (its `data_region`, then where it last started).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_region: Option<String>,
+    /// Where it stands with spot, when it no longer simply may use it: `deadline_reserve` (a deadline job down
+    /// to its reserve of slack: on-demand while spot cannot be had, back to spot when spot can take it) or
+    /// `pinned_on_demand` (on on-demand for good: its deadline, or too many interruptions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot_state: Option<String>,
 }
 
 /// One attempt of a job: where and when it ran, and how it ended.

@@ -365,6 +365,13 @@ fn cases() -> Vec<Case> {
             line_of: ("scan_limit = 0", 0),
             piece: "at least 1",
         },
+        Case {
+            rule: "a reserve of deadline trips no job could ever leave",
+            text: format!("{BASE}\n[policy]\ndeadline_reserve_trips = 4000000000\n"),
+            key: "policy.deadline_reserve_trips",
+            line_of: ("deadline_reserve_trips = 4000000000", 0),
+            piece: "at most 1000",
+        },
     ]
 }
 

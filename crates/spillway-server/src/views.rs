@@ -161,6 +161,11 @@ pub fn job(st: &State, j: &Job, now: Time) -> JobView {
         attempts,
         checkpoint_gb: j.spec.checkpoint_gb,
         data_region: j.data_at().map(str::to_string),
+        spot_state: match (j.pinned_on_demand, j.on_reserve) {
+            (true, _) => Some("pinned_on_demand".into()),
+            (false, true) => Some("deadline_reserve".into()),
+            (false, false) => None,
+        },
     }
 }
 

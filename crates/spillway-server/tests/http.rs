@@ -829,3 +829,57 @@ min_step_nodes = 8
     // It counts every team's waiting jobs: a team token may not ask.
     d.call("GET", "/v1/pools/cloud/what-if", Some(&d.research), None).assert_error(403, None, "a team token");
 }
+
+#[test]
+fn a_deadline_jobs_view_says_where_it_stands_with_spot() {
+    // Nothing ever boots here, so the jobs wait; each one's slack alone decides. An on-demand trip keeps a 60 s
+    // boot, p1's 60 s checkpoint (inside the notice: no lost work) and a 60 s margin: 180 s; `safe` pins a job
+    // with less and puts one with less than five trips' worth (its pin's and four more) on its reserve.
+    let cloud = r#"
+[policy]
+deadline_margin_s = 60
+
+[[instance_types]]
+name = "g8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 20.0
+spot_usd_per_hour = 6.0
+
+[[pools]]
+name = "spot"
+market = "spot"
+instance_types = ["g8"]
+max_nodes = 4
+boot_latency_s = 60
+
+[[pools]]
+name = "od"
+market = "on_demand"
+instance_types = ["g8"]
+max_nodes = 4
+boot_latency_s = 60
+"#;
+    let d = Daemon::start_with("spot-state", &format!("{CONFIG}{cloud}"));
+    let mut ids = Vec::new();
+    for slack in [100, 600, 36_000] {
+        let mut j = job(&format!("slack-{slack}"));
+        j["gpus"] = json!(8);
+        j["expected_duration_s"] = json!(3600);
+        j["deadline_s"] = json!(3600 + slack);
+        let r = d.submit(&j);
+        assert_eq!(r.status, 201, "{}", r.head());
+        ids.push(r.json()["id"].as_u64().expect("an id"));
+    }
+    let state = |id: u64| d.get(&format!("/v1/jobs/{id}")).json()["spot_state"].clone();
+    let want = [json!("pinned_on_demand"), json!("deadline_reserve"), Value::Null];
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        seen = ids.iter().map(|&id| state(id)).collect();
+        if seen == want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(seen, want);
+}

@@ -748,6 +748,9 @@ fn job_detail(j: &JobView, now: f64) -> String {
     if let Some(d) = &j.pending_detail {
         out += &format!("   Waiting={d}\n");
     }
+    if let Some(s) = &j.spot_state {
+        out += &format!("   Spot={s}\n");
+    }
     if j.checkpoint_gb.is_some() || j.data_region.is_some() {
         let gb = j.checkpoint_gb.map_or("-".into(), |g| format!("{g}GB"));
         let region = j.data_region.as_deref().unwrap_or("-");

@@ -236,6 +236,13 @@ fn jobs_show_tells_where_a_jobs_data_is() {
 }
 
 #[test]
+fn jobs_show_tells_a_deadline_job_on_its_reserve() {
+    let j = JobView { spot_state: Some("deadline_reserve".into()), ..JobView::default() };
+    assert!(job_detail(&j, 0.0).contains("   Spot=deadline_reserve\n"), "{}", job_detail(&j, 0.0));
+    assert!(!job_detail(&JobView::default(), 0.0).contains("Spot="));
+}
+
+#[test]
 fn jobs_show_tells_every_attempt() {
     let a = |attempt, end: &str, code| AttemptView {
         attempt,

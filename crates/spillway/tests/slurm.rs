@@ -242,9 +242,10 @@ partitions = [
 fn training(base: &Path, steps: u32) -> String {
     let ck = base.join("ckpt-$SLURM_JOB_ID").display().to_string();
     let runs = base.join("runs-$SLURM_JOB_ID").display().to_string();
+    let steps_log = base.join("steps-$SLURM_JOB_ID").display().to_string();
     format!(
         "n=$(cat {ck} 2>/dev/null || echo 0); echo \"restart=${{SLURM_RESTART_COUNT:-0}} from=$n nodes=$SLURM_JOB_NODELIST\" >> {runs}; \
-         while [ $n -lt {steps} ]; do sleep 1; n=$((n+1)); echo $n > {ck}; done"
+         while [ $n -lt {steps} ]; do sleep 1; n=$((n+1)); echo $n > {ck}; echo \"$n ${{SLURM_RESTART_COUNT:-0}}\" >> {steps_log}; done"
     )
 }
 
@@ -266,29 +267,42 @@ fn a_slurm_burst_survives_an_interruption_restarts_and_lost_calls() {
     let url = format!("http://127.0.0.1:{}", d.port);
     let s = Slurm::start(&base, &url, &token);
 
-    // A 2-node p1 job: two nodes of the cheapest offering p1 may use (spot, the cheaper type).
-    let job = s.sbatch(&["-p", "cloud-p1", "-N2", "--gres=gpu:h100:8", "--requeue"], &training(&base, 25));
-    wait("the 2-node p1 job runs", 120, &d, &s, || s.job(job).0 == "RUNNING");
+    // A 2-node p1 job: two nodes of the cheapest offering p1 may use (spot, the cheaper type). By its own record,
+    // not by JobState: sbatch starts the script once the batch host is up, and the job may read CONFIGURING until
+    // slurmctld's 30 s periodic check sees every node of it booted (a short run can end without ever reading
+    // RUNNING).
+    let job = s.sbatch(&["-p", "cloud-p1", "-N2", "--gres=gpu:h100:8", "--requeue"], &training(&base, 30));
+    let read = |name: &str| std::fs::read_to_string(base.join(format!("{name}-{job}"))).unwrap_or_default();
+    let runs = || read("runs").lines().count();
+    let ckpt = || read("ckpt").trim().parse::<u32>().unwrap_or(0);
+    wait("the 2-node p1 job runs", 120, &d, &s, || runs() == 1);
     let first = live(&d);
     assert_eq!(first.len(), 2, "{first:?}");
     for (name, market, it, _) in &first {
         assert!(name.starts_with('c'), "{first:?}");
         assert_eq!((market.as_str(), it.as_str()), ("spot", "h100x8"), "{first:?}");
     }
-    std::thread::sleep(Duration::from_secs(4)); // a few steps checkpointed
+    wait("a few steps are checkpointed", 30, &d, &s, || ckpt() >= 3);
 
     // A spot interruption of one node: Slurm requeues the job at once, and it resumes on a replacement.
     let victim = first[1].clone();
     d.post(&format!("/v1/nodes/{}/interrupt", victim.3), serde_json::json!({}));
     wait("Slurm requeues the job", 30, &d, &s, || s.job(job).1 >= 1);
-    wait("the requeued job runs again", 150, &d, &s, || s.job(job) == ("RUNNING".into(), 1));
+    // The first run ends with the requeue: a node that is still up must not go on training beside the rerun.
+    let first_run = || read("steps").lines().filter(|l| l.ends_with(" 0")).count();
+    let at_requeue = first_run();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(first_run() <= at_requeue + 1, "the first run went on after its requeue:\n{}{}", d.log(), s.logs());
+    wait("the requeued job runs again", 150, &d, &s, || {
+        runs() == 2 && matches!(s.job(job), (state, 1) if state == "RUNNING" || state == "CONFIGURING")
+    });
     // The daemon dies mid-burst and comes back: the job goes on, on the nodes it adopted.
     d.kill9();
     d.start();
     wait("the job completes", 120, &d, &s, || s.job(job).0 == "COMPLETED");
     // Its finished job steps are reaped on the nodes it ran on (a node's init reaps what slurmd orphans).
     wait("no zombie job step is left", 20, &d, &s, || zombies("slurmstepd") == 0);
-    let runs = std::fs::read_to_string(base.join(format!("runs-{job}"))).unwrap();
+    let runs = read("runs");
     let lines: Vec<&str> = runs.lines().collect();
     assert_eq!(lines.len(), 2, "{runs}");
     assert!(lines[0].starts_with("restart=0 from=0"), "{runs}");
@@ -305,7 +319,7 @@ fn a_slurm_burst_survives_an_interruption_restarts_and_lost_calls() {
         used.iter().all(|n| s.node_state(n).contains("POWERED_DOWN"))
     });
     assert!(!cloud_slurmds(&base).is_empty(), "the suspended nodes still run: nobody heard the suspend");
-    let p0 = s.sbatch(&["-p", "cloud-p0", "-N1", "--gres=gpu:h100:8"], "sleep 8");
+    let p0 = s.sbatch(&["-p", "cloud-p0", "-N1", "--gres=gpu:h100:8"], "sleep 20");
     let power = || std::fs::read_to_string(base.join("log/power.log")).unwrap_or_default();
     let missed = |log: &str| log.lines().filter(|l| l.contains("resume c") && l.contains("cannot reach")).count();
     wait("Slurm's resume for the p0 job finds no daemon", 30, &d, &s, || missed(&power()) > 0);

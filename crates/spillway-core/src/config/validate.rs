@@ -102,6 +102,12 @@ pub(super) fn resolve(file: &str, text: &str, raw: RawConfig) -> Result<Config, 
     if !(raw.policy.deadline_margin_s >= 0.0 && raw.policy.deadline_margin_s.is_finite()) {
         return Err(cx.err("policy", None, "deadline_margin_s", "must be a finite number >= 0".into()));
     }
+    // Each trip is about a boot, a checkpoint and a margin: a thousand of them is already weeks of slack, and a
+    // larger number is a typo that would keep every deadline job off spot from its start.
+    if raw.policy.deadline_reserve_trips > 1000 {
+        let why = "must be at most 1000 (trips of a boot, a checkpoint and the margin each)".into();
+        return Err(cx.err("policy", None, "deadline_reserve_trips", why));
+    }
     if raw.policy.scan_limit == 0 {
         return Err(cx.err("policy", None, "scan_limit", "must be at least 1".into()));
     }
