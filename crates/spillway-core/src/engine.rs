@@ -164,6 +164,7 @@ impl Engine {
             not_before: None,
             pinned_on_demand: false,
             on_reserve: false,
+            bursts_at_once: false,
             spot_only_until: None,
             not_grown: None,
             data,
