@@ -114,36 +114,19 @@ pub(crate) fn shadow_hold(
     (Vec::new(), None)
 }
 
-/// Returns when every job on `node` is expected to have ended (see [`expected_end`]).
+/// Returns when every job on `node` is expected to have ended (declared durations, else estimates; a job past its
+/// estimate is taken to end now, which lets nothing backfill before it).
 fn drained_at(c: &Cluster, node: &Node, now: Time) -> Time {
     let mut at = now;
     for j in &node.jobs {
         let Some(job) = c.jobs.get(j.0 as usize) else { continue };
-        at = at.max(expected_end(c, job, now));
+        let end = match job.remaining_work_ms(now) {
+            Some(left) => now.saturating_add(left),
+            None => job.attempt_start.unwrap_or(now).saturating_add(expected_run(c, job)),
+        };
+        at = at.max(end);
     }
     at
-}
-
-/// Returns when running `job` is expected to end: its declared duration, else its team's estimate; a job past
-/// its estimate is taken to end now.
-fn expected_end(c: &Cluster, job: &Job, now: Time) -> Time {
-    match job.remaining_work_ms(now) {
-        Some(left) => now.saturating_add(left),
-        None => job.attempt_start.unwrap_or(now).saturating_add(expected_run(c, job)).max(now),
-    }
-}
-
-/// Returns whether queued `job`, inside its waiting budget until `burst_at`, stops waiting for owned capacity
-/// now: its tier bursts early ([`crate::config::Tier::burst_early`]) and even the nodes that drain first
-/// ([`shadow_hold`], as if no job ahead of it came first) could not hold all its workers before the budget
-/// ends, or no pool it may wait in ever could. Waiting on would add its budget to its completion time and save
-/// nothing.
-pub(crate) fn owned_too_late(c: &Cluster, cfg: &Config, order: &[usize], job: &Job, burst_at: Time, now: Time) -> bool {
-    if !cfg.tiers[job.tier].burst_early || now >= burst_at {
-        return false;
-    }
-    let (held, _) = shadow_hold(c, cfg, order, &Need::of(job, now), now);
-    held.first().is_none_or(|&(_, start)| start > burst_at)
 }
 
 /// Returns how long `job` is expected to run (see [`crate::wait_budget::expected_run`]).

@@ -164,7 +164,6 @@ impl Engine {
             not_before: None,
             pinned_on_demand: false,
             on_reserve: false,
-            bursts_at_once: false,
             spot_only_until: None,
             not_grown: None,
             data,

@@ -136,9 +136,6 @@ pub struct Job {
     /// longer waits for spot; it runs on on-demand while spot cannot be had and moves back to spot when spot can
     /// take it again, until its slack pins it to on-demand.
     pub on_reserve: bool,
-    /// It stopped waiting for owned capacity before its budget ended: none could take it in time, even with no
-    /// job ahead of it (see [`crate::config::Tier::burst_early`]).
-    pub bursts_at_once: bool,
     /// While it waits for capacity (`NoCapacity`): the first pool it may buy in and why that pool did not grow.
     pub not_grown: Option<(usize, crate::growth::NotGrown)>,
     pub gang: Gang,

@@ -140,20 +140,6 @@ impl Engine {
                 },
             );
         }
-        for (id, until) in plan.burst_early {
-            let left = crate::time::fmt_ms(until.saturating_sub(self.now));
-            self.record(
-                DecisionKind::JobPending,
-                || job_subject(id),
-                "owned_capacity_too_late",
-                || {
-                    format!(
-                        "no owned capacity could take it before its waiting budget ends in {left}, even with no \
-                         job ahead of it: it stops waiting (burst_early)"
-                    )
-                },
-            );
-        }
         for id in plan.on_reserve {
             self.record(
                 DecisionKind::Fallback,

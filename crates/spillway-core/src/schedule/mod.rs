@@ -46,9 +46,6 @@ struct SchedulePlan {
     pinned: Vec<JobId>,
     /// Deadline jobs whose slack came down to their reserve this pass (on-demand while spot cannot be had).
     on_reserve: Vec<JobId>,
-    /// Jobs that stopped waiting for owned capacity this pass (`burst_early`), with when their budget would
-    /// have ended.
-    burst_early: Vec<(JobId, Time)>,
     /// Jobs it left waiting inside their budget for owned capacity, with when that ends.
     budgets: Vec<(Time, JobId)>,
 }
@@ -328,14 +325,7 @@ impl<'a> Pass<'a> {
         }
         let job = &c.jobs[id.0 as usize];
         let access = Access::of(job, now);
-        let mut burst_at = reach::burst_at(c, cfg, self.fixed_wait[job.tier], job, now);
-        if crate::budget_place::owned_too_late(c, cfg, &self.pool_order[job.tier], job, burst_at, now) {
-            // For good: it does not go back to waiting where owned capacity looks nearer later.
-            c.jobs[id.0 as usize].bursts_at_once = true;
-            self.plan.burst_early.push((id, burst_at));
-            burst_at = now;
-        }
-        let job = &c.jobs[id.0 as usize];
+        let burst_at = reach::burst_at(c, cfg, self.fixed_wait[job.tier], job, now);
         // Inside its waiting budget a job starts only where it adds no cloud spending, and any job only on a node
         // held for a waiting gang if it ends before the gang could start there (see `budget_place`): then where
         // it may start depends on when it is expected to end.

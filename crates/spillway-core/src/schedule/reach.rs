@@ -91,7 +91,7 @@ pub(crate) fn passed_by_reason(c: &Cluster, job: &Job, now: Time) -> PendingReas
 /// size-independent budget, if it has one), or `now` for a job that already ran (interrupted, preempted, lost),
 /// which does not wait for owned capacity again.
 pub(crate) fn burst_at(c: &Cluster, cfg: &Config, fixed: Option<Time>, job: &Job, now: Time) -> Time {
-    if job.attempt > 0 || job.bursts_at_once {
+    if job.attempt > 0 {
         return now;
     }
     job.queued_since.saturating_add(fixed.unwrap_or_else(|| crate::budget_place::budget_of(c, cfg, job)))
