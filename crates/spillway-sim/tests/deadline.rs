@@ -40,12 +40,12 @@ fn offerings() -> Option<Vec<Offering>> {
     let dir = spillway_sim::shared("traces/spot")?;
     let mut out = Vec::new();
     for sub in ["aws_2022-10-26_2week_k80_v100_availability", "aws_2023-08-03_4node_v100_preemption"] {
-        for file in json_files(&dir.join(sub)) {
+        for file in common::json_files(&dir.join(sub)) {
             let (instance_type, on_demand, spot) = ("p3.16xlarge", 24.48, 4.52);
             out.push(Offering { file, polarity: Polarity::Available, instance_type, on_demand, spot });
         }
     }
-    for file in json_files(&dir.join("gcp_2025-10_h100_16node_multi_region")) {
+    for file in common::json_files(&dir.join("gcp_2025-10_h100_16node_multi_region")) {
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let spot = v["metadata"]["price_info"]["price"].as_f64().unwrap_or(20.0);
@@ -58,14 +58,6 @@ fn offerings() -> Option<Vec<Offering>> {
         });
     }
     Some(out)
-}
-
-fn json_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut files: Vec<PathBuf> =
-        rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
-    files.sort();
-    files
 }
 
 /// Returns the config for `o`: a token owned GPU (the job never fits it), an on-demand and a spot pool of one type.

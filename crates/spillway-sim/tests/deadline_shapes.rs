@@ -9,7 +9,6 @@ use spillway_core::Config;
 use spillway_core::time::secs;
 use spillway_sim::sim::{SimOptions, simulate};
 use spillway_sim::spot::{OfferingTrace, Polarity, SpotTrace, parse_json};
-use std::path::PathBuf;
 
 /// One job shape: hours of work, deadline hours, boot seconds, p1 checkpoint seconds, interval seconds.
 type Shape = (f64, f64, f64, f64, Option<f64>);
@@ -25,8 +24,8 @@ const SHAPES: &[Shape] = &[
     (24.0, 120.0, 600.0, 60.0, None),
 ];
 
-/// Every single-zone trace file with its polarity.
-fn traces() -> Option<Vec<(PathBuf, Polarity)>> {
+/// Every single-zone trace, parsed, with its file name.
+fn traces() -> Option<Vec<(String, SpotTrace)>> {
     let dir = spillway_sim::shared("traces/spot")?;
     let mut out = Vec::new();
     for (sub, polarity) in [
@@ -34,11 +33,12 @@ fn traces() -> Option<Vec<(PathBuf, Polarity)>> {
         ("aws_2023-08-03_4node_v100_preemption", Polarity::Available),
         ("gcp_2025-10_h100_16node_multi_region", Polarity::Unavailable),
     ] {
-        let Ok(rd) = std::fs::read_dir(dir.join(sub)) else { continue };
-        let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-        files.retain(|p| p.extension().is_some_and(|x| x == "json"));
-        files.sort();
-        out.extend(files.into_iter().map(|f| (f, polarity)));
+        for file in common::json_files(&dir.join(sub)) {
+            let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            let trace = parse_json(&name, &text, polarity).unwrap_or_else(|e| panic!("{e}"));
+            out.push((name, trace));
+        }
     }
     Some(out)
 }
@@ -82,16 +82,13 @@ fn met(shape: &Shape, trace: Option<&SpotTrace>) -> bool {
 
 #[test]
 fn a_deadline_job_of_any_shape_never_misses_where_on_demand_alone_would_not() {
-    let Some(files) = traces() else { return };
+    let Some(traces) = traces() else { return };
     let (mut windows, mut missed) = (0usize, Vec::new());
     for shape in SHAPES {
         if !met(shape, None) {
             continue;
         }
-        for (file, polarity) in &files {
-            let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-            let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-            let trace = parse_json(&name, &text, *polarity).unwrap_or_else(|e| panic!("{e}"));
+        for (name, trace) in &traces {
             let mut start = 0;
             while start + secs(shape.1 * 3600.0) <= trace.period_ms {
                 windows += 1;

@@ -20,7 +20,7 @@ use spillway_core::time::{Millis, secs};
 use spillway_sim::price::OfferingPrice;
 use spillway_sim::sim::{SimOptions, simulate};
 use spillway_sim::spot::{OfferingTrace, Polarity, SpotTrace, parse_json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const WORK_H: f64 = 40.0;
 const DEADLINE_H: f64 = 60.0;
@@ -99,17 +99,9 @@ fn zone_of(file: &Path, polarity: Polarity, spot: Option<f64>) -> Zone {
     }
 }
 
-fn json_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut files: Vec<PathBuf> =
-        rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
-    files.sort();
-    files
-}
-
 fn sets() -> Option<Vec<Set>> {
     let dir = spillway_sim::shared("traces/spot")?;
-    let gcp: Vec<Zone> = json_files(&dir.join("gcp_2025-10_h100_16node_multi_region"))
+    let gcp: Vec<Zone> = common::json_files(&dir.join("gcp_2025-10_h100_16node_multi_region"))
         .iter()
         .map(|f| zone_of(f, Polarity::Unavailable, None))
         .collect();
@@ -122,7 +114,7 @@ fn sets() -> Option<Vec<Set>> {
                 &format!("[[network.egress]]\nfrom = \"{a}\"\nto = \"{b}\"\nusd_per_gb = {}\n", gcp_egress(a, b));
         }
     }
-    let aws: Vec<Zone> = json_files(&dir.join("aws_2023-08-03_4node_v100_preemption"))
+    let aws: Vec<Zone> = common::json_files(&dir.join("aws_2023-08-03_4node_v100_preemption"))
         .iter()
         .map(|f| zone_of(f, Polarity::Available, Some(4.52)))
         .collect();
