@@ -27,8 +27,7 @@ fn leaves_at(node: &Node, jobs: &[Job], idle_timeout: Time, now: Time) -> Option
     }
     let mut end = now;
     for j in &node.jobs {
-        let left = jobs.get(j.0 as usize)?.remaining_work_ms(now)?;
-        end = end.max(now.saturating_add(left));
+        end = end.max(jobs.get(j.0 as usize)?.declared_end(now)?);
     }
     Some(end.saturating_add(idle_timeout))
 }
@@ -114,19 +113,59 @@ pub(crate) fn shadow_hold(
     (Vec::new(), None)
 }
 
-/// Returns when every job on `node` is expected to have ended (declared durations, else estimates; a job past its
-/// estimate is taken to end now, which lets nothing backfill before it).
+/// Returns when every job on `node` is expected to have ended (see [`expected_end`]).
 fn drained_at(c: &Cluster, node: &Node, now: Time) -> Time {
     let mut at = now;
     for j in &node.jobs {
         let Some(job) = c.jobs.get(j.0 as usize) else { continue };
-        let end = match job.remaining_work_ms(now) {
-            Some(left) => now.saturating_add(left),
-            None => job.attempt_start.unwrap_or(now).saturating_add(expected_run(c, job)),
-        };
-        at = at.max(end);
+        at = at.max(expected_end(c, job, now));
     }
     at
+}
+
+/// Returns when running `job` is expected to end: its declared duration, else its team's estimate; a job past
+/// its estimate is taken to end now.
+fn expected_end(c: &Cluster, job: &Job, now: Time) -> Time {
+    match job.declared_end(now) {
+        Some(end) => end,
+        None => job.attempt_start.unwrap_or(now).saturating_add(expected_run(c, job)).max(now),
+    }
+}
+
+/// Returns whether queued `job`, whose waiting budget ends at `budget_end` (after `now`), stops waiting for owned
+/// capacity now: its tier bursts early ([`crate::config::Tier::burst_early`]) and in no pool of `order` it may
+/// wait in (owned, or kept by a minimum) would enough nodes for all its workers drain before the budget ends, by
+/// the expected ends of the jobs on them. Waiting on would add its budget to its completion time and save nothing.
+///
+/// A node counts once all its jobs are expected to have ended, as for a gang's hold ([`shadow_hold`]): GPUs free
+/// beside a job that runs on do not count (they are what the jobs queued ahead of it, which the estimate leaves
+/// out, would take first). It is a function of the state alone: a node drains at a fixed expected end, or at
+/// `now` once its jobs are past their estimates, and `now` is before `budget_end`, so time passing between
+/// events does not change the answer.
+pub(crate) fn owned_too_late(
+    c: &Cluster,
+    cfg: &Config,
+    order: &[usize],
+    job: &Job,
+    budget_end: Time,
+    now: Time,
+) -> bool {
+    if !cfg.tiers[job.tier].burst_early || now >= budget_end {
+        return false;
+    }
+    let need = Need::of(job, now);
+    let (want, g) = (need.model.as_deref(), need.g.max(1));
+    let in_time = |pool: usize| {
+        let workers = c.pools[pool]
+            .ready
+            .iter()
+            .map(|n| &c.nodes[n.0 as usize])
+            .filter(|n| n.gpus >= g && crate::config::model_fits(want, &n.gpu_model))
+            .filter(|n| drained_at(c, n, now) <= budget_end)
+            .fold(0u32, |w, n| w.saturating_add(n.gpus / g));
+        workers >= need.w
+    };
+    !job_pools(cfg, order, need.access).filter(|&p| kept(cfg, c, p)).any(in_time)
 }
 
 /// Returns how long `job` is expected to run (see [`crate::wait_budget::expected_run`]).

@@ -229,6 +229,14 @@ impl Job {
         self.spec.expected_duration_ms.map(|d| (d - self.saved_work_ms - running).max(0))
     }
 
+    /// Returns when a running job that declared its duration is expected to end: its remaining work counted from
+    /// when its work starts (once its data is in), or from `now` once it has. While its data moves in, the end
+    /// does not move with time alone.
+    pub fn declared_end(&self, now: Time) -> Option<Time> {
+        let from = self.work_start().map_or(now, |s| s.max(now));
+        self.remaining_work_ms(now).map(|left| from.saturating_add(left))
+    }
+
     /// Returns the work its current attempt has done by `now`: its time running less the move of its data.
     pub fn attempt_progress_ms(&self, now: Time) -> Millis {
         self.work_start().map_or(0, |s| (now - s).max(0))

@@ -353,6 +353,11 @@ fn config_toml(p: &Params, rich: Option<&Rich>) -> String {
         if let Some(m) = r.p1_max_interruptions {
             s += &format!("max_spot_interruptions = {m}\n");
         }
+        // Half the rich cases size p1's budget by GPU-hours and let a job stop waiting once owned capacity could
+        // not take it in time (chosen by the interval's parity, so the cases before this option stay as they were).
+        if r.p1_interval_s % 2 == 1 {
+            s += "burst_wait_per_gpu_hour_s = 120\nburst_early = true\n";
+        }
     }
     s += &format!("\n[policy]\npreemption = {}\nbackfill = {}\n", p.preemption, p.backfill);
     if let Some(r) = rich {

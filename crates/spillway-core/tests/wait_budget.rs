@@ -218,3 +218,37 @@ burst_after_s = 7200
     assert_eq!(starts.len(), 1, "the 1-GPU job starts when the estimate passes, on its own wake-up: {starts:?}");
     assert_eq!(starts[0].0, 3600.0);
 }
+
+#[test]
+fn with_burst_early_a_job_owned_capacity_cannot_take_in_time_bursts_at_once() {
+    let early = config("")
+        .replace("burst_wait_per_gpu_hour_s = \"10m\"", "burst_wait_per_gpu_hour_s = \"10m\"\nburst_early = true");
+    for (text, bursts_at_once) in [(config(""), false), (early, true)] {
+        let mut h = Harness::new(&text);
+        // The owned node is busy for 100 h; a job of 8 GPUs x 2 h has a 160-minute budget it cannot use there.
+        let filler = h.submit(sized(8, Some(100.0)));
+        assert!(started(&h.drain(), filler).is_some());
+        let job = h.submit(sized(8, Some(2.0)));
+        let a = h.drain();
+        assert_eq!(launches(&a).len(), usize::from(bursts_at_once), "burst_early {bursts_at_once}: {a:?}");
+        if !bursts_at_once {
+            assert_eq!(h.job(job).pending, PendingReason::WaitingForFixedCapacity);
+            assert_eq!(launches(&h.run_until(160.0 * 60.0)).len(), 1, "it bursts once its budget is over");
+        } else {
+            let said = h.records_of(spillway_core::DecisionKind::JobPending, "owned_capacity_too_late");
+            assert_eq!(said.len(), 1, "the decision says why it stopped waiting");
+        }
+    }
+    // Where the owned node frees within the budget, the job waits for it even with burst_early.
+    let early = config("")
+        .replace("burst_wait_per_gpu_hour_s = \"10m\"", "burst_wait_per_gpu_hour_s = \"10m\"\nburst_early = true");
+    let mut h = Harness::new(&early);
+    let filler = h.submit(sized(8, Some(1.0)));
+    h.drain();
+    let job = h.submit(sized(8, Some(2.0)));
+    assert!(launches(&h.drain()).is_empty(), "the owned node frees in 1 h, inside the 160-minute budget");
+    assert!(launches(&h.run_until(3600.0)).is_empty(), "it still waits for the owned node");
+    h.event(Event::JobExited { job: filler, attempt: 1, success: true, exit: None });
+    let a = h.drain();
+    assert!(launches(&a).is_empty() && started(&a, job).is_some(), "{a:?}");
+}

@@ -69,6 +69,7 @@ pub struct TierSpec {
     pub burst_wait_per_gpu_hour_s: Option<f64>,
     #[serde(default, deserialize_with = "secs::de_opt")]
     pub burst_wait_max_s: Option<f64>,
+    pub burst_early: Option<bool>,
     #[serde(default, deserialize_with = "secs::de_opt")]
     pub spot_fallback_after_s: Option<f64>,
     #[serde(default, deserialize_with = "secs::de_opt")]
@@ -102,6 +103,10 @@ pub struct Tier {
     /// The most a job's waiting budget may reach (infinite by default: left out of `config show --effective`).
     #[serde(skip_serializing_if = "not_finite")]
     pub burst_wait_max_s: f64,
+    /// A job inside its waiting budget stops waiting, and cloud capacity is bought for it, once even the owned
+    /// nodes that drain first (by the expected ends of the jobs on them, as if no job ahead of it came first)
+    /// could not hold it before the budget ends: it would not get owned capacity in time anyway.
+    pub burst_early: bool,
     /// How long an interruptible job waits for spot before on-demand capacity is bought for it (p2: never, an
     /// infinite wait, which TOML configs cannot write: left out of `config show --effective`).
     #[serde(skip_serializing_if = "not_finite")]
@@ -690,6 +695,7 @@ pub fn default_tiers() -> Vec<Tier> {
             burst_after_s: 0.0,
             burst_wait_per_gpu_hour_s: 0.0,
             burst_wait_max_s: f64::INFINITY,
+            burst_early: false,
             spot_fallback_after_s: 0.0,
             checkpoint_time_s: 120.0,
             max_spot_interruptions: None,
@@ -705,6 +711,7 @@ pub fn default_tiers() -> Vec<Tier> {
             burst_after_s: 60.0,
             burst_wait_per_gpu_hour_s: 0.0,
             burst_wait_max_s: f64::INFINITY,
+            burst_early: false,
             spot_fallback_after_s: 300.0,
             checkpoint_time_s: 60.0,
             max_spot_interruptions: Some(3),
@@ -720,6 +727,7 @@ pub fn default_tiers() -> Vec<Tier> {
             burst_after_s: 300.0,
             burst_wait_per_gpu_hour_s: 0.0,
             burst_wait_max_s: f64::INFINITY,
+            burst_early: false,
             spot_fallback_after_s: f64::INFINITY,
             checkpoint_time_s: 60.0,
             max_spot_interruptions: None,

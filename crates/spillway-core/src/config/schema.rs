@@ -66,6 +66,12 @@ pub const TIER: &[Key] = &[
         "Further wait per GPU-hour of a job's expected work (large jobs wait longer; Starburst's budget).",
     ),
     k("burst_wait_max_s", Secs, "none (no cap)", "The most a job's waiting budget, fixed part too, may reach."),
+    k(
+        "burst_early",
+        Bool,
+        "false",
+        "A job that could not start on owned capacity within its budget, even with no queue ahead, bursts at once.",
+    ),
     k("spot_fallback_after_s", Secs, "p0 0, p1 5m, p2 never", "Wait for spot before on-demand is bought."),
     k("checkpoint_time_s", Secs, "p0 2m, p1/p2 60s", "Time a job needs to write a checkpoint when signalled."),
     k("max_spot_interruptions", Int, "p1 3, else none", "After this many interruptions a job moves to on-demand."),

@@ -214,6 +214,9 @@ fn resolve_tiers(cx: &Ctx, raw: &RawConfig) -> Result<Vec<Tier>, ConfigError> {
         t.spot_fallback_after_s =
             secs("spot_fallback_after_s", spec.spot_fallback_after_s, 0.0)?.unwrap_or(t.spot_fallback_after_s);
         t.checkpoint_time_s = secs("checkpoint_time_s", spec.checkpoint_time_s, 0.0)?.unwrap_or(t.checkpoint_time_s);
+        if let Some(v) = spec.burst_early {
+            t.burst_early = v;
+        }
         if spec.max_spot_interruptions.is_some() {
             t.max_spot_interruptions = spec.max_spot_interruptions;
         }

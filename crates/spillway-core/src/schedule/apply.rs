@@ -13,7 +13,7 @@ impl Engine {
             (0..self.cfg.pools.len()).map(|p| self.headroom_within(p, self.effective_max(p), true) > 0).collect();
         let Engine { queue, c, cfg, pool_order, exhaustive, now, .. } = self;
         let wanting = crate::elastic::queued_per_pool(queue, pool_order, cfg.pools.len());
-        let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, queue.len(), wanting);
+        let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, wanting);
         pass.cloud_room = cloud_room;
         let cut = pass.walk(queue, c, shares, weights, wake);
         for &(pool, _, n) in &pass.reserved {
@@ -83,7 +83,7 @@ impl Engine {
     pub(crate) fn blocked_if_unreached(&self, id: JobId) -> bool {
         let job = &self.c.jobs[id.0 as usize];
         reach::passed_by_reason(&self.c, job, self.now) != PendingReason::TeamQuota
-            && !reach::in_budget(&self.c, &self.cfg, job, self.now)
+            && !reach::in_budget(&self.c, &self.cfg, &self.pool_order[job.tier], job, self.now)
     }
 
     /// Asks for the passes that decisions this one could not take need: a pass depends only on the state and
@@ -137,6 +137,18 @@ impl Engine {
                     format!(
                         "pass stopped after {scanned} jobs ({blocked} blocked; scan limit {limit}); {queued} queued"
                     )
+                },
+            );
+        }
+        for id in plan.burst_early {
+            self.record(
+                DecisionKind::JobPending,
+                || job_subject(id),
+                "owned_capacity_too_late",
+                || {
+                    "no owned nodes enough for all its workers are expected to drain before its waiting budget ends, \
+                     even with no job ahead of it: it stops waiting for owned capacity (burst_early)"
+                        .to_string()
                 },
             );
         }

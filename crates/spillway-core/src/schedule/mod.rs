@@ -46,6 +46,9 @@ struct SchedulePlan {
     pinned: Vec<JobId>,
     /// Deadline jobs whose slack came down to their reserve this pass (on-demand while spot cannot be had).
     on_reserve: Vec<JobId>,
+    /// Jobs told they wait for owned capacity that stopped waiting this pass: none could take them before their
+    /// budgets end (`burst_early`).
+    burst_early: Vec<JobId>,
     /// Jobs it left waiting inside their budget for owned capacity, with when that ends.
     budgets: Vec<(Time, JobId)>,
 }
@@ -196,14 +199,13 @@ fn reserve(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Vec<(u
 }
 
 impl<'a> Pass<'a> {
-    /// Starts a pass over a queue of `queued` jobs; `grows[p]`: whether pool `p` can launch a node now.
+    /// Starts a pass; `grows[p]`: whether pool `p` can launch a node now.
     fn new(
         cfg: &'a Config,
         pool_order: &'a [Vec<usize>],
         now: Time,
         remember: bool,
         grows: Vec<bool>,
-        queued: usize,
         wanting: Vec<usize>,
     ) -> Pass<'a> {
         Pass {
@@ -239,11 +241,7 @@ impl<'a> Pass<'a> {
             first_hold: None,
             last_start: None,
             first_block: None,
-            plan: SchedulePlan {
-                // Sized for a pass that reaches the small cap, so a long queue does not grow it job by job.
-                blocked: Vec::with_capacity(queued.min(BLOCKED_CAP_NO_SCALE + 64)),
-                ..SchedulePlan::default()
-            },
+            plan: SchedulePlan::default(),
         }
     }
 
@@ -325,7 +323,11 @@ impl<'a> Pass<'a> {
         }
         let job = &c.jobs[id.0 as usize];
         let access = Access::of(job, now);
-        let burst_at = reach::burst_at(c, cfg, self.fixed_wait[job.tier], job, now);
+        let order = &self.pool_order[job.tier];
+        let burst_at = reach::burst_at(c, cfg, order, self.fixed_wait[job.tier], job, now);
+        if burst_at == now {
+            self.note_burst_early(c, id);
+        }
         // Inside its waiting budget a job starts only where it adds no cloud spending, and any job only on a node
         // held for a waiting gang if it ends before the gang could start there (see `budget_place`): then where
         // it may start depends on when it is expected to end.

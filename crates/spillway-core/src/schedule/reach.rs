@@ -58,6 +58,17 @@ impl Pass<'_> {
         held.map(|r| c.nodes[r.2.0 as usize].free()).max().unwrap_or(0)
     }
 
+    /// Notes that queued job `id`, whose [`burst_at`] is now, stopped waiting for owned capacity before its
+    /// budget ended (`burst_early`), where it was told it waits for owned capacity or nothing yet (said once).
+    pub(super) fn note_burst_early(&mut self, c: &Cluster, id: JobId) {
+        let job = &c.jobs[id.0 as usize];
+        let told_to_wait =
+            matches!(job.pending, PendingReason::WaitingForFixedCapacity | PendingReason::NotScheduledYet);
+        if told_to_wait && stopped_early(c, self.cfg, job, self.now) {
+            self.plan.burst_early.push(id);
+        }
+    }
+
     /// Passes job `id` by once the walk settled: tells it why it waits where that changed, and counts it toward
     /// the blocked jobs that can do nothing as a visit would (one held by its team's quota or inside its waiting
     /// budget is not blocked).
@@ -67,7 +78,7 @@ impl Pass<'_> {
         if reason != job.pending {
             self.plan.reasons.push((id, reason));
         }
-        if reason != PendingReason::TeamQuota && !in_budget(c, self.cfg, job, self.now) {
+        if reason != PendingReason::TeamQuota && !in_budget(c, self.cfg, &self.pool_order[job.tier], job, self.now) {
             self.stuck += 1;
         }
     }
@@ -89,18 +100,32 @@ pub(crate) fn passed_by_reason(c: &Cluster, job: &Job, now: Time) -> PendingReas
 
 /// Returns when queued `job` stops waiting for owned capacity: when its waiting budget ends (`fixed`: its tier's
 /// size-independent budget, if it has one), or `now` for a job that already ran (interrupted, preempted, lost),
-/// which does not wait for owned capacity again.
-pub(crate) fn burst_at(c: &Cluster, cfg: &Config, fixed: Option<Time>, job: &Job, now: Time) -> Time {
+/// which does not wait for owned capacity again, and for one that no owned capacity could take before its budget
+/// ends (`burst_early`, see [`crate::budget_place::owned_too_late`]; `order`: the pools its tier may use).
+pub(crate) fn burst_at(c: &Cluster, cfg: &Config, order: &[usize], fixed: Option<Time>, job: &Job, now: Time) -> Time {
     if job.attempt > 0 {
         return now;
     }
+    let end = budget_end(c, cfg, fixed, job);
+    if crate::budget_place::owned_too_late(c, cfg, order, job, end, now) { now } else { end }
+}
+
+/// Returns when queued `job`'s waiting budget ends (`fixed`: its tier's size-independent budget, if it has one).
+fn budget_end(c: &Cluster, cfg: &Config, fixed: Option<Time>, job: &Job) -> Time {
     job.queued_since.saturating_add(fixed.unwrap_or_else(|| crate::budget_place::budget_of(c, cfg, job)))
 }
 
+/// Returns whether queued `job`, whose [`burst_at`] is `now`, stopped waiting for owned capacity before its
+/// budget ended (`burst_early`).
+fn stopped_early(c: &Cluster, cfg: &Config, job: &Job, now: Time) -> bool {
+    let tier = &cfg.tiers[job.tier];
+    tier.burst_early && job.attempt == 0 && now < budget_end(c, cfg, crate::wait_budget::fixed_wait(tier), job)
+}
+
 /// Returns whether queued `job` is still inside its waiting budget for owned capacity (a visit leaves it waiting,
-/// not blocked).
-pub(crate) fn in_budget(c: &Cluster, cfg: &Config, job: &Job, now: Time) -> bool {
-    now < burst_at(c, cfg, crate::wait_budget::fixed_wait(&cfg.tiers[job.tier]), job, now)
+/// not blocked; `order`: the pools its tier may use).
+pub(crate) fn in_budget(c: &Cluster, cfg: &Config, order: &[usize], job: &Job, now: Time) -> bool {
+    now < burst_at(c, cfg, order, crate::wait_budget::fixed_wait(&cfg.tiers[job.tier]), job, now)
 }
 
 /// Returns whether a job queued in tier `from` or a lower one may be one that can buy: its kind (GPUs per worker,
