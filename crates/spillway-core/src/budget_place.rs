@@ -134,38 +134,85 @@ fn expected_end(c: &Cluster, job: &Job, now: Time) -> Time {
 
 /// Returns whether queued `job`, whose waiting budget ends at `budget_end` (after `now`), stops waiting for owned
 /// capacity now: its tier bursts early ([`crate::config::Tier::burst_early`]) and in no pool of `order` it may
-/// wait in (owned, or kept by a minimum) would enough nodes for all its workers drain before the budget ends, by
-/// the expected ends of the jobs on them. Waiting on would add its budget to its completion time and save nothing.
+/// wait in (owned, or kept by a minimum) would enough GPUs for all its workers be free before the budget ends
+/// ([`owned_fit_at`]). Waiting on would add its budget to its completion time and save nothing.
 ///
-/// A node counts once all its jobs are expected to have ended, as for a gang's hold ([`shadow_hold`]): GPUs free
-/// beside a job that runs on do not count (they are what the jobs queued ahead of it, which the estimate leaves
-/// out, would take first). It is a function of the state alone: a node drains at a fixed expected end, or at
-/// `now` once its jobs are past their estimates, and `now` is before `budget_end`, so time passing between
+/// The estimate leaves out the jobs queued ahead of it, which would take some of that capacity first, so a job
+/// that stops waiting could not have started in time. It is a function of the state alone: a job's expected end
+/// is fixed, or `now` once it is past its estimate, and `now` is before `budget_end`, so time passing between
 /// events does not change the answer.
 pub(crate) fn owned_too_late(
     c: &Cluster,
     cfg: &Config,
     order: &[usize],
     job: &Job,
-    budget_end: Time,
-    now: Time,
+    (budget_end, now): (Time, Time),
+    fits: &mut FitCache,
 ) -> bool {
     if !cfg.tiers[job.tier].burst_early || now >= budget_end {
         return false;
     }
     let need = Need::of(job, now);
+    let mut pools = job_pools(cfg, order, need.access).filter(|&p| kept(cfg, c, p));
+    !pools.any(|p| fits.at(c, p, &need, now).is_some_and(|at| at <= budget_end))
+}
+
+/// What a scheduling pass learned of [`owned_fit_at`], by pool and job shape; a pass clears it when it binds or
+/// frees GPUs.
+#[derive(Default)]
+pub(crate) struct FitCache(Vec<(FitKey, Option<Time>)>);
+
+/// A pool and a job shape: GPUs per worker, workers, GPU model.
+type FitKey = (usize, u32, u32, Option<String>);
+
+impl FitCache {
+    /// Returns [`owned_fit_at`] for pool `pool` and `need`, computed once per shape until [`FitCache::clear`].
+    fn at(&mut self, c: &Cluster, pool: usize, need: &Need, now: Time) -> Option<Time> {
+        let key = (pool, need.g, need.w, need.model.clone());
+        if let Some(&(_, at)) = self.0.iter().find(|(k, _)| *k == key) {
+            return at;
+        }
+        let at = owned_fit_at(c, pool, need, now);
+        self.0.push((key, at));
+        at
+    }
+
+    /// Forgets every answer: GPUs were bound or freed.
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// Returns the earliest time, `now` or later, at which the ready nodes of pool `pool` could hold every worker of
+/// `need`: on each node that fits a worker, its free GPUs and those of its jobs expected to have ended by then
+/// ([`expected_end`]); `None` when even all of them could not.
+fn owned_fit_at(c: &Cluster, pool: usize, need: &Need, now: Time) -> Option<Time> {
     let (want, g) = (need.model.as_deref(), need.g.max(1));
-    let in_time = |pool: usize| {
-        let workers = c.pools[pool]
-            .ready
-            .iter()
-            .map(|n| &c.nodes[n.0 as usize])
-            .filter(|n| n.gpus >= g && crate::config::model_fits(want, &n.gpu_model))
-            .filter(|n| drained_at(c, n, now) <= budget_end)
-            .fold(0u32, |w, n| w.saturating_add(n.gpus / g));
-        workers >= need.w
-    };
-    !job_pools(cfg, order, need.access).filter(|&p| kept(cfg, c, p)).any(in_time)
+    let fits = |n: &&Node| n.gpus >= g && crate::config::model_fits(want, &n.gpu_model);
+    let nodes: Vec<&Node> = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]).filter(fits).collect();
+    let mut free: Vec<u32> = nodes.iter().map(|n| n.free()).collect();
+    let mut workers = free.iter().fold(0u32, |w, f| w.saturating_add(f / g));
+    if workers >= need.w {
+        return Some(now);
+    }
+    // GPUs each node gets back as its jobs end, in time order.
+    let mut ends: Vec<(Time, usize, u32)> = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        for job in node.jobs.iter().filter_map(|j| c.jobs.get(j.0 as usize)) {
+            let gpus = job.placement.iter().filter(|(n, _)| *n == node.id).map(|&(_, g)| g).sum::<u32>();
+            ends.push((expected_end(c, job, now), i, gpus));
+        }
+    }
+    ends.sort_unstable();
+    for (at, i, gpus) in ends {
+        let before = free[i] / g;
+        free[i] = free[i].saturating_add(gpus);
+        workers = workers.saturating_add(free[i] / g - before);
+        if workers >= need.w {
+            return Some(at);
+        }
+    }
+    None
 }
 
 /// Returns how long `job` is expected to run (see [`crate::wait_budget::expected_run`]).

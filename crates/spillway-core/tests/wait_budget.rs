@@ -252,3 +252,32 @@ fn with_burst_early_a_job_owned_capacity_cannot_take_in_time_bursts_at_once() {
     let a = h.drain();
     assert!(launches(&a).is_empty() && started(&a, job).is_some(), "{a:?}");
 }
+
+#[test]
+fn with_burst_early_gpus_freed_beside_a_job_that_runs_on_count_and_only_a_job_left_waiting_is_told() {
+    let early = config("")
+        .replace("burst_wait_per_gpu_hour_s = \"10m\"", "burst_wait_per_gpu_hour_s = \"10m\"\nburst_early = true");
+    let mut h = Harness::new(&early);
+    // The owned node runs a 4-GPU job for 1 h and another for 100 h: 4 of its GPUs free in 1 h.
+    let short = h.submit(sized(4, Some(1.0)));
+    h.submit(sized(4, Some(100.0)));
+    h.drain();
+    // 4 GPUs x 2 h: an 80-minute budget, longer than the hour the short job has left: it waits.
+    let job = h.submit(sized(4, Some(2.0)));
+    assert!(launches(&h.drain()).is_empty(), "half the owned node frees inside its budget");
+    assert_eq!(h.job(job).pending, PendingReason::WaitingForFixedCapacity);
+    h.run_until(3000.0);
+    h.event(Event::JobExited { job: short, attempt: 1, success: true, exit: None });
+    let a = h.drain();
+    assert!(launches(&a).is_empty() && started(&a, job).is_some(), "it starts on the owned node: {a:?}");
+    // Beside a 100 h job, a 4-GPU job finds room at once: it is not told it stopped waiting for owned capacity,
+    // though no more owned GPUs free inside its budget.
+    let mut h = Harness::new(&early);
+    h.submit(sized(4, Some(100.0)));
+    h.drain();
+    let job = h.submit(sized(4, Some(2.0)));
+    let a = h.drain();
+    assert!(launches(&a).is_empty() && started(&a, job).is_some(), "{a:?}");
+    let said = h.records_of(spillway_core::DecisionKind::JobPending, "owned_capacity_too_late");
+    assert!(said.is_empty(), "nobody stopped waiting: {said:?}");
+}

@@ -103,9 +103,9 @@ pub struct Tier {
     /// The most a job's waiting budget may reach (infinite by default: left out of `config show --effective`).
     #[serde(skip_serializing_if = "not_finite")]
     pub burst_wait_max_s: f64,
-    /// A job inside its waiting budget stops waiting, and cloud capacity is bought for it, once even the owned
-    /// nodes that drain first (by the expected ends of the jobs on them, as if no job ahead of it came first)
-    /// could not hold it before the budget ends: it would not get owned capacity in time anyway.
+    /// A job inside its waiting budget stops waiting, and cloud capacity is bought for it, while no owned GPUs
+    /// (free now, or of jobs expected to end by then) could hold all its workers before the budget ends, as if no
+    /// job ahead of it came first: it would not get owned capacity in time anyway.
     pub burst_early: bool,
     /// How long an interruptible job waits for spot before on-demand capacity is bought for it (p2: never, an
     /// infinite wait, which TOML configs cannot write: left out of `config show --effective`).

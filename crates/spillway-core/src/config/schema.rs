@@ -70,7 +70,8 @@ pub const TIER: &[Key] = &[
         "burst_early",
         Bool,
         "false",
-        "A job that could not start on owned capacity within its budget, even with no queue ahead, bursts at once.",
+        "A job whose workers no owned GPUs (free, or of jobs expected to end) could hold before its budget ends, \
+         even with no queue ahead, bursts at once.",
     ),
     k("spot_fallback_after_s", Secs, "p0 0, p1 5m, p2 never", "Wait for spot before on-demand is bought."),
     k("checkpoint_time_s", Secs, "p0 2m, p1/p2 60s", "Time a job needs to write a checkpoint when signalled."),

@@ -6,7 +6,8 @@ use super::{Config, Market};
 impl Config {
     /// Returns a warning, in words, for each likely mistake: spot priced at or above on-demand; a tier whose jobs
     /// may only use owned nodes or cloud pools whose simulated `capacity` is 0, which never grow, so work beyond
-    /// them waits for ever; a waiting budget capped below its fixed part; a cloud pool without a region beside
+    /// them waits for ever; a waiting budget capped below its fixed part; `burst_early` on a tier without a
+    /// waiting budget; a cloud pool without a region beside
     /// pools with one; a schedule whose window never opens.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -27,6 +28,13 @@ impl Config {
                     crate::time::fmt_duration(t.burst_wait_max_s),
                     crate::time::fmt_duration(t.burst_after_s),
                     crate::time::fmt_duration(t.burst_wait_max_s)
+                ));
+            }
+            if t.burst_early && t.burst_after_s == 0.0 && t.burst_wait_per_gpu_hour_s == 0.0 {
+                out.push(format!(
+                    "tier {}: burst_early is set but the tier has no waiting budget (burst_after_s and \
+                     burst_wait_per_gpu_hour_s are 0): its jobs never wait for owned capacity, so it changes nothing",
+                    t.name
                 ));
             }
             let usable: Vec<usize> = (0..self.pools.len())
@@ -84,6 +92,7 @@ mod tests {
             "{TYPES}[[pools]]\nname = \"own\"\nmarket = \"fixed\"\nnodes = [{{ count = 1, gpus = 8 }}]\n\
              [[pools]]\nname = \"spot\"\nmarket = \"spot\"\ninstance_types = [\"g8\"]\nmax_nodes = 4\n\
              [[schedules]]\npool = \"spot\"\ncron = \"0 0 30 2 *\"\nduration_s = 60\nmin_nodes = 1\n\
+             [tiers.p0]\nburst_early = true\n\
              [tiers.p1]\nburst_after_s = \"10m\"\nburst_wait_max_s = \"5m\"\n"
         );
         let cfg = Config::parse("c.toml", &text).unwrap();
@@ -91,6 +100,7 @@ mod tests {
         assert!(w.iter().any(|s| s.contains("g8") && s.contains("at or above")), "{w:#?}");
         assert!(w.iter().any(|s| s.starts_with("tier p0:") && s.contains("8 owned GPUs")), "{w:#?}");
         assert!(w.iter().any(|s| s.starts_with("tier p1:") && s.contains("waits only 5m")), "{w:#?}");
+        assert!(w.iter().any(|s| s.starts_with("tier p0:") && s.contains("burst_early")), "{w:#?}");
         let never_grows = |s: &&String| s.contains("never grows");
         let tier_p12 = |s: &&String| s.starts_with("tier p1") || s.starts_with("tier p2");
         assert!(!w.iter().filter(tier_p12).any(|s| never_grows(&s)), "spot grows: {w:#?}");

@@ -83,7 +83,14 @@ impl Engine {
     pub(crate) fn blocked_if_unreached(&self, id: JobId) -> bool {
         let job = &self.c.jobs[id.0 as usize];
         reach::passed_by_reason(&self.c, job, self.now) != PendingReason::TeamQuota
-            && !reach::in_budget(&self.c, &self.cfg, &self.pool_order[job.tier], job, self.now)
+            && !reach::in_budget(
+                &self.c,
+                &self.cfg,
+                &self.pool_order[job.tier],
+                job,
+                self.now,
+                &mut crate::budget_place::FitCache::default(),
+            )
     }
 
     /// Asks for the passes that decisions this one could not take need: a pass depends only on the state and

@@ -8,6 +8,7 @@
 //! the wake-ups the next pass needs and applies the plan (requeues, starts, records).
 
 use crate::access::{Access, Need, job_pools};
+use crate::budget_place::FitCache;
 use crate::cluster::Cluster;
 use crate::config::{Config, Market, model_fits};
 use crate::event::{DecisionKind, StopReason, job_subject};
@@ -104,6 +105,8 @@ struct Pass<'a> {
     /// Shapes that found no room where that depends on a job's end (inside its budget, or beside held nodes), by
     /// whether the job is inside its budget, with the earliest expected end that found none.
     no_room_by_end: Failed<Time>,
+    /// When owned capacity could hold each job shape (`burst_early`), until this pass binds or frees GPUs.
+    fits: FitCache,
     /// Nodes held for waiting gangs inside their budget, with when the gang could start there: a job may use
     /// one only if it is expected to end by then (backfill, as EASY does).
     shadows: Vec<(NodeId, Time)>,
@@ -220,6 +223,7 @@ impl<'a> Pass<'a> {
             fixed_wait: cfg.tiers.iter().map(crate::wait_budget::fixed_wait).collect(),
             no_room: Failed::default(),
             no_room_by_end: Failed::default(),
+            fits: FitCache::default(),
             shadows: Vec::new(),
             refused_in_budget: false,
             budget_room: false,
@@ -324,10 +328,7 @@ impl<'a> Pass<'a> {
         let job = &c.jobs[id.0 as usize];
         let access = Access::of(job, now);
         let order = &self.pool_order[job.tier];
-        let burst_at = reach::burst_at(c, cfg, order, self.fixed_wait[job.tier], job, now);
-        if burst_at == now {
-            self.note_burst_early(c, id);
-        }
+        let burst_at = reach::burst_at(c, cfg, (order, self.fixed_wait[job.tier]), job, now, &mut self.fits);
         // Inside its waiting budget a job starts only where it adds no cloud spending, and any job only on a node
         // held for a waiting gang if it ends before the gang could start there (see `budget_place`): then where
         // it may start depends on when it is expected to end.
@@ -490,6 +491,7 @@ impl<'a> Pass<'a> {
         for &(n, g) in &placement {
             c.bind(id, n, g);
         }
+        self.fits.clear();
         if placement.iter().any(|&(n, _)| c.nodes[n.0 as usize].market != Market::Fixed) {
             // A job on a cloud node keeps it longer: a job inside its budget that found no room may fit there now.
             self.no_room_by_end.clear();
@@ -533,6 +535,7 @@ impl<'a> Pass<'a> {
             // Free the victim's GPUs now so this job binds them in the same pass; the victim is requeued when
             // the plan is applied.
             c.release(v, now);
+            self.fits.clear();
             self.plan.preempted.push((v, id));
         }
         // GPUs came free: a shape that found no room (or no victims) may find some now.
@@ -550,6 +553,9 @@ impl<'a> Pass<'a> {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
         let (g, w, tier) = (job.gang.gpus_per_worker, job.gang.workers, job.tier);
+        if burst_at == now {
+            self.note_burst_early(c, id);
+        }
         if now < burst_at {
             wake.at(burst_at);
             self.plan.reasons.push((id, PendingReason::WaitingForFixedCapacity));

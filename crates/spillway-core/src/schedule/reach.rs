@@ -4,6 +4,7 @@
 //! ([`passed_by_reason`]).
 
 use super::Pass;
+use crate::budget_place::FitCache;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::model::{Job, JobId, PendingReason};
@@ -58,8 +59,9 @@ impl Pass<'_> {
         held.map(|r| c.nodes[r.2.0 as usize].free()).max().unwrap_or(0)
     }
 
-    /// Notes that queued job `id`, whose [`burst_at`] is now, stopped waiting for owned capacity before its
-    /// budget ended (`burst_early`), where it was told it waits for owned capacity or nothing yet (said once).
+    /// Notes that queued job `id`, which found no room and whose [`burst_at`] is now, stopped waiting for owned
+    /// capacity before its budget ended (`burst_early`), where it was told it waits for owned capacity or
+    /// nothing yet (said once).
     pub(super) fn note_burst_early(&mut self, c: &Cluster, id: JobId) {
         let job = &c.jobs[id.0 as usize];
         let told_to_wait =
@@ -78,7 +80,8 @@ impl Pass<'_> {
         if reason != job.pending {
             self.plan.reasons.push((id, reason));
         }
-        if reason != PendingReason::TeamQuota && !in_budget(c, self.cfg, &self.pool_order[job.tier], job, self.now) {
+        let order = &self.pool_order[job.tier];
+        if reason != PendingReason::TeamQuota && !in_budget(c, self.cfg, order, job, self.now, &mut self.fits) {
             self.stuck += 1;
         }
     }
@@ -102,12 +105,19 @@ pub(crate) fn passed_by_reason(c: &Cluster, job: &Job, now: Time) -> PendingReas
 /// size-independent budget, if it has one), or `now` for a job that already ran (interrupted, preempted, lost),
 /// which does not wait for owned capacity again, and for one that no owned capacity could take before its budget
 /// ends (`burst_early`, see [`crate::budget_place::owned_too_late`]; `order`: the pools its tier may use).
-pub(crate) fn burst_at(c: &Cluster, cfg: &Config, order: &[usize], fixed: Option<Time>, job: &Job, now: Time) -> Time {
+pub(crate) fn burst_at(
+    c: &Cluster,
+    cfg: &Config,
+    (order, fixed): (&[usize], Option<Time>),
+    job: &Job,
+    now: Time,
+    fits: &mut FitCache,
+) -> Time {
     if job.attempt > 0 {
         return now;
     }
     let end = budget_end(c, cfg, fixed, job);
-    if crate::budget_place::owned_too_late(c, cfg, order, job, end, now) { now } else { end }
+    if crate::budget_place::owned_too_late(c, cfg, order, job, (end, now), fits) { now } else { end }
 }
 
 /// Returns when queued `job`'s waiting budget ends (`fixed`: its tier's size-independent budget, if it has one).
@@ -124,8 +134,8 @@ fn stopped_early(c: &Cluster, cfg: &Config, job: &Job, now: Time) -> bool {
 
 /// Returns whether queued `job` is still inside its waiting budget for owned capacity (a visit leaves it waiting,
 /// not blocked; `order`: the pools its tier may use).
-pub(crate) fn in_budget(c: &Cluster, cfg: &Config, order: &[usize], job: &Job, now: Time) -> bool {
-    now < burst_at(c, cfg, order, crate::wait_budget::fixed_wait(&cfg.tiers[job.tier]), job, now)
+pub(crate) fn in_budget(c: &Cluster, cfg: &Config, order: &[usize], job: &Job, now: Time, fits: &mut FitCache) -> bool {
+    now < burst_at(c, cfg, (order, crate::wait_budget::fixed_wait(&cfg.tiers[job.tier])), job, now, fits)
 }
 
 /// Returns whether a job queued in tier `from` or a lower one may be one that can buy: its kind (GPUs per worker,
