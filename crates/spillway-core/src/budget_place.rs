@@ -152,9 +152,9 @@ pub(crate) fn owned_too_late(
     if !cfg.tiers[job.tier].burst_early || now >= budget_end {
         return false;
     }
-    let need = Need::of(job, now);
-    let mut pools = job_pools(cfg, order, need.access).filter(|&p| kept(cfg, c, p));
-    !pools.any(|p| fits.at(c, p, &need, now).is_some_and(|at| at <= budget_end))
+    let shape = (job.spec.gpus_per_worker, job.gang.workers, job.spec.gpu_model.as_deref());
+    let mut pools = job_pools(cfg, order, crate::access::Access::of(job, now)).filter(|&p| kept(cfg, c, p));
+    !pools.any(|p| fits.at(c, p, shape, now).is_some_and(|at| at <= budget_end))
 }
 
 /// What a scheduling pass learned of [`owned_fit_at`], by pool and job shape; a pass clears it when it binds or
@@ -166,14 +166,16 @@ pub(crate) struct FitCache(Vec<(FitKey, Option<Time>)>);
 type FitKey = (usize, u32, u32, Option<String>);
 
 impl FitCache {
-    /// Returns [`owned_fit_at`] for pool `pool` and `need`, computed once per shape until [`FitCache::clear`].
-    fn at(&mut self, c: &Cluster, pool: usize, need: &Need, now: Time) -> Option<Time> {
-        let key = (pool, need.g, need.w, need.model.clone());
-        if let Some(&(_, at)) = self.0.iter().find(|(k, _)| *k == key) {
+    /// Returns [`owned_fit_at`] for pool `pool` and a job `shape` (GPUs per worker, workers, GPU model), computed
+    /// once per shape until [`FitCache::clear`].
+    fn at(&mut self, c: &Cluster, pool: usize, shape: (u32, u32, Option<&str>), now: Time) -> Option<Time> {
+        let (g, w, model) = shape;
+        let same = |(p, kg, kw, m): &FitKey| (*p, *kg, *kw, m.as_deref()) == (pool, g, w, model);
+        if let Some(&(_, at)) = self.0.iter().find(|(k, _)| same(k)) {
             return at;
         }
-        let at = owned_fit_at(c, pool, need, now);
-        self.0.push((key, at));
+        let at = owned_fit_at(c, pool, shape, now);
+        self.0.push(((pool, g, w, model.map(str::to_string)), at));
         at
     }
 
@@ -183,16 +185,17 @@ impl FitCache {
     }
 }
 
-/// Returns the earliest time, `now` or later, at which the ready nodes of pool `pool` could hold every worker of
-/// `need`: on each node that fits a worker, its free GPUs and those of its jobs expected to have ended by then
-/// ([`expected_end`]); `None` when even all of them could not.
-fn owned_fit_at(c: &Cluster, pool: usize, need: &Need, now: Time) -> Option<Time> {
-    let (want, g) = (need.model.as_deref(), need.g.max(1));
+/// Returns the earliest time, `now` or later, at which the ready nodes of pool `pool` could hold every worker of a
+/// job of `shape` (GPUs per worker, workers, GPU model): on each node that fits a worker, its free GPUs and those
+/// of its jobs expected to have ended by then ([`expected_end`]); `None` when even all of them could not.
+fn owned_fit_at(c: &Cluster, pool: usize, shape: (u32, u32, Option<&str>), now: Time) -> Option<Time> {
+    let (g, w, want) = shape;
+    let g = g.max(1);
     let fits = |n: &&Node| n.gpus >= g && crate::config::model_fits(want, &n.gpu_model);
     let nodes: Vec<&Node> = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]).filter(fits).collect();
     let mut free: Vec<u32> = nodes.iter().map(|n| n.free()).collect();
     let mut workers = free.iter().fold(0u32, |w, f| w.saturating_add(f / g));
-    if workers >= need.w {
+    if workers >= w {
         return Some(now);
     }
     // GPUs each node gets back as its jobs end, in time order.
@@ -208,7 +211,7 @@ fn owned_fit_at(c: &Cluster, pool: usize, need: &Need, now: Time) -> Option<Time
         let before = free[i] / g;
         free[i] = free[i].saturating_add(gpus);
         workers = workers.saturating_add(free[i] / g - before);
-        if workers >= need.w {
+        if workers >= w {
             return Some(at);
         }
     }

@@ -53,6 +53,9 @@ pub struct Engine {
     /// Jobs a pass told they wait for owned capacity, by when their waiting budget ends: a job no pass reaches
     /// after that is told it waits for capacity.
     pub(crate) budget_ends: std::collections::BTreeSet<(Time, JobId)>,
+    /// By job index: the entry of `budget_ends` it has, so a pass that tells it again adds none (a long queue
+    /// waiting inside its budgets would otherwise search the set for every job at every pass).
+    pub(crate) budget_noted: Vec<Option<Time>>,
     /// Nodes the cloud recommended moving off (rebalance recommendations), until they end or get their notice,
     /// each with when that came and the instant until which jobs that left it may still be writing their
     /// checkpoint there.
@@ -104,6 +107,7 @@ impl Engine {
             last_settled: false,
             blocked_reordered: false,
             budget_ends: std::collections::BTreeSet::new(),
+            budget_noted: Vec::new(),
             at_risk: std::collections::BTreeMap::new(),
             exhaustive: false,
             dirty: true,

@@ -35,7 +35,16 @@ impl Engine {
         let mut plan = pass.plan;
         self.last_settled = end.cut.settled;
         self.wake_after(&plan, &end, wake);
-        self.budget_ends.extend(std::mem::take(&mut plan.budgets));
+        for (at, id) in std::mem::take(&mut plan.budgets) {
+            let i = id.0 as usize;
+            if self.budget_noted.len() <= i {
+                self.budget_noted.resize(i + 1, None);
+            }
+            if self.budget_noted[i] != Some(at) {
+                self.budget_ends.insert((at, id));
+                self.budget_noted[i] = Some(at);
+            }
+        }
         self.apply_schedule(plan, &end)
     }
 
@@ -47,15 +56,19 @@ impl Engine {
         // Entries of jobs that started, ended or were told otherwise since go without a wake-up of their own.
         while let Some((at, id)) = self.budget_ends.pop_first() {
             let j = &self.c.jobs[id.0 as usize];
-            if j.state != crate::model::JobState::Queued || j.pending != PendingReason::WaitingForFixedCapacity {
-                continue;
-            }
-            if at > self.now {
+            let told = j.state == crate::model::JobState::Queued && j.pending == PendingReason::WaitingForFixedCapacity;
+            if told && at > self.now {
                 self.budget_ends.insert((at, id));
                 wake.at(at);
                 return;
             }
-            self.tell_unreached(id);
+            // The entry is gone: a pass that tells the job again adds it anew.
+            if let Some(noted) = self.budget_noted.get_mut(id.0 as usize).filter(|n| **n == Some(at)) {
+                *noted = None;
+            }
+            if told {
+                self.tell_unreached(id);
+            }
         }
     }
 

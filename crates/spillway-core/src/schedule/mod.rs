@@ -25,6 +25,11 @@ mod reach;
 
 use reach::buyers_beyond;
 
+/// A gang's shape for [`Pass::shadow_hold`]: tier, access, GPUs per worker, workers, GPU model.
+type HoldKey = (usize, Access, u32, u32, Option<String>);
+/// Nodes held softly for a gang, each with when it could start there, and the next instant the hold may move.
+type Hold = (Vec<(NodeId, Time)>, Option<Time>);
+
 /// Most jobs one pass preempts for.
 const MAX_PREEMPTING_JOBS: usize = 16;
 /// Blocked jobs a pass collects that no pool they may use can grow for now (enough to find preemption
@@ -107,6 +112,8 @@ struct Pass<'a> {
     no_room_by_end: Failed<Time>,
     /// When owned capacity could hold each job shape (`burst_early`), until this pass binds or frees GPUs.
     fits: FitCache,
+    /// [`Pass::shadow_hold`]'s answers by gang shape, until this pass binds or frees GPUs.
+    holds: Vec<(HoldKey, Hold)>,
     /// Nodes held for waiting gangs inside their budget, with when the gang could start there: a job may use
     /// one only if it is expected to end by then (backfill, as EASY does).
     shadows: Vec<(NodeId, Time)>,
@@ -224,6 +231,7 @@ impl<'a> Pass<'a> {
             no_room: Failed::default(),
             no_room_by_end: Failed::default(),
             fits: FitCache::default(),
+            holds: Vec::new(),
             shadows: Vec::new(),
             refused_in_budget: false,
             budget_room: false,
@@ -492,6 +500,7 @@ impl<'a> Pass<'a> {
             c.bind(id, n, g);
         }
         self.fits.clear();
+        self.holds.clear();
         if placement.iter().any(|&(n, _)| c.nodes[n.0 as usize].market != Market::Fixed) {
             // A job on a cloud node keeps it longer: a job inside its budget that found no room may fit there now.
             self.no_room_by_end.clear();
@@ -536,6 +545,7 @@ impl<'a> Pass<'a> {
             // the plan is applied.
             c.release(v, now);
             self.fits.clear();
+            self.holds.clear();
             self.plan.preempted.push((v, id));
         }
         // GPUs came free: a shape that found no room (or no victims) may find some now.
@@ -572,8 +582,7 @@ impl<'a> Pass<'a> {
             } else {
                 // Inside its budget it holds nodes softly: jobs that end before it could start there still may.
                 let need = Need::of(&c.jobs[id.0 as usize], now);
-                let (mut held, next) =
-                    crate::budget_place::shadow_hold(c, cfg, &self.pool_order[need.tier], &need, now);
+                let (mut held, next) = self.shadow_hold(c, &need);
                 if let Some(t) = next {
                     // A running job reaches its expected end then: the hold may move (see `shadow_hold`).
                     wake.at(t);
@@ -589,6 +598,18 @@ impl<'a> Pass<'a> {
                 self.shadows.extend(held);
             }
         }
+    }
+
+    /// Returns [`crate::budget_place::shadow_hold`] for `need`, worked out once per shape until the pass binds or
+    /// frees GPUs (identical gangs waiting inside their budgets are told the same nodes).
+    fn shadow_hold(&mut self, c: &Cluster, need: &Need) -> (Vec<(NodeId, Time)>, Option<Time>) {
+        let key = (need.tier, need.access, need.g, need.w, need.model.clone());
+        if let Some((_, hold)) = self.holds.iter().find(|(k, _)| *k == key) {
+            return hold.clone();
+        }
+        let hold = crate::budget_place::shadow_hold(c, self.cfg, &self.pool_order[need.tier], need, self.now);
+        self.holds.push((key, hold.clone()));
+        hold
     }
 
     /// Notes a blocked job, under the cap for jobs that may buy or the one for jobs that may not.
