@@ -32,8 +32,23 @@ use crate::time::{Time, fmt_ms, secs};
 /// Work a growth may lose at most: growth waits for a checkpoint, and reported checkpoints come a little late.
 const GROW_TOLERANCE_MS: Time = 1_000;
 
+/// Returns the GPUs `job`'s team may still start under its GPU quota (`None`: it has none).
+fn quota_room(c: &Cluster, job: &Job) -> Option<u32> {
+    let team = c.teams.get(job.team)?;
+    team.quota_gpus.map(|q| q.saturating_sub(team.used_gpus))
+}
+
+/// Returns the most workers queued elastic `job` may start on: its most, as far as its team's GPU quota allows
+/// (never fewer than its fewest: whether those fit the quota is the pass's check).
+pub(crate) fn most_workers(c: &Cluster, job: &Job) -> u32 {
+    let g = job.gang.gpus_per_worker.max(1);
+    let allowed = quota_room(c, job).map_or(job.gang.max_workers, |room| job.gang.max_workers.min(room / g));
+    allowed.max(job.gang.workers)
+}
+
 /// Returns workers to add to an elastic `job` in `pool`, on its free GPUs, best fit first, up to its most
-/// workers. `placed`: workers it has there (bound or not yet: `unbound` says, so their GPUs are counted taken);
+/// workers and its team's GPU quota. `placed`: workers it has there (bound or not yet: `unbound` says, so their
+/// GPUs are counted taken);
 /// `skip`: nodes it may not use.
 pub(crate) fn extra_workers(
     c: &Cluster,
@@ -44,7 +59,12 @@ pub(crate) fn extra_workers(
     skip: &[(NodeId, Time)],
 ) -> Vec<(NodeId, u32)> {
     let g = job.gang.gpus_per_worker.max(1);
-    let want = (job.gang.max_workers as usize).saturating_sub(placed.len());
+    let mut want = (job.gang.max_workers as usize).saturating_sub(placed.len());
+    // Never past its team's GPU quota: the team's GPUs in use, and the placement's own while it is not bound yet.
+    if let Some(room) = quota_room(c, job) {
+        let unbound_gpus: u32 = if unbound { placed.iter().map(|&(_, x)| x).sum() } else { 0 };
+        want = want.min((room.saturating_sub(unbound_gpus) / g) as usize);
+    }
     let model = job.spec.gpu_model.as_deref();
     let mut out = Vec::new();
     let Some(free) = c.free.get(pool) else { return out };
@@ -66,8 +86,8 @@ pub(crate) fn extra_workers(
     out
 }
 
-/// Returns whether elastic `job`, able to make its first start now on `w` of its most workers, should rather wait
-/// for all of them, which it could have at `full_at`: at linear speedup its expected run `D` takes
+/// Returns whether elastic `job`, able to make its first start now on `w` of its most workers (as far as its team's
+/// quota allows: [`most_workers`]), should rather wait for all of them, which it could have at `full_at`: at linear speedup its expected run `D` takes
 /// `D (most / w - 1)` longer narrow. `full_at` is `None` when nothing says all its workers will ever come (no cloud
 /// pool it may use can grow, no owned nodes that could hold it): then it starts narrow. (A job that already ran
 /// restarts narrow at once: shrinking is what keeps it going.)
@@ -77,7 +97,7 @@ pub(crate) fn waits_for_width(c: &Cluster, job: &Job, w: usize, now: Time, full_
         return false;
     }
     let run = crate::budget_place::expected_run(c, job);
-    let slower = run.saturating_mul(i64::from(job.gang.max_workers) - w) / w;
+    let slower = run.saturating_mul(i64::from(most_workers(c, job)) - w) / w;
     slower >= full_at - now
 }
 

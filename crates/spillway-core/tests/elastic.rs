@@ -262,3 +262,15 @@ fn a_job_with_fewest_workers_above_its_most_is_refused_naming_the_field() {
     assert_eq!(err.field(), "min_workers", "{err}");
     assert!(err.to_string().starts_with("min_workers: 3 workers of 8 GPUs cannot run"), "{err}");
 }
+
+#[test]
+fn an_elastic_job_neither_starts_nor_grows_past_its_teams_gpu_quota() {
+    // Three free owned nodes, a team quota of 16 GPUs: at most two 8-GPU workers, however wide the job may go.
+    let text = format!("{}\n[[teams]]\nname = \"team-a\"\nquota_gpus = 16\n", config(3));
+    let mut h = Harness::new(&text);
+    let job = h.submit(elastic("p1", 1, 3));
+    assert_eq!(widths(&h.drain(), job), vec![2], "it starts on two workers, the team's quota");
+    let a = h.run_until(3_600.0);
+    assert!(stops(&a).is_empty(), "it never grows onto the third node: {a:?}");
+    assert!(h.e.cluster().teams.iter().all(|t| t.quota_gpus.is_none_or(|q| t.used_gpus <= q)));
+}

@@ -355,7 +355,7 @@ impl<'a> Pass<'a> {
             };
         if !self.strict_block && !known_full {
             let mut need = Need::of(job, now);
-            let most = job.gang.max_workers;
+            let most = crate::elastic::most_workers(c, job);
             if let Some(mut placement) = self.find(c, id, &need, end, in_wait) {
                 self.widen(c, id, &mut placement);
                 if self.waits_for_width(c, id, placement.len(), (access, burst_at), wake) {
@@ -471,7 +471,7 @@ impl<'a> Pass<'a> {
     fn waits_for_width(&self, c: &Cluster, id: JobId, w: usize, at: (Access, Time), wake: &mut WakeAt) -> bool {
         let (access, burst_at) = at;
         let job = &c.jobs[id.0 as usize];
-        if !job.is_elastic() || job.attempt > 0 || w >= job.gang.max_workers as usize {
+        if !job.is_elastic() || job.attempt > 0 || w >= crate::elastic::most_workers(c, job) as usize {
             return false;
         }
         let order = &self.pool_order[job.tier];
@@ -481,7 +481,7 @@ impl<'a> Pass<'a> {
             .min();
         let cloud_at = boot.map(|b| burst_at.max(self.now).saturating_add(b));
         let mut all = Need::of(job, self.now);
-        all.w = job.gang.max_workers;
+        all.w = crate::elastic::most_workers(c, job);
         let (held, next) = crate::budget_place::shadow_hold(c, self.cfg, order, &all, self.now);
         if let Some(t) = next {
             wake.at(t);
