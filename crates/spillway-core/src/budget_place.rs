@@ -10,7 +10,7 @@
 use crate::access::{Need, job_pools};
 use crate::cluster::Cluster;
 use crate::config::{Config, Market};
-use crate::model::{Job, Node, NodeId};
+use crate::model::{Job, JobId, Node, NodeId};
 use crate::place::{ReadyGpus, Slot, place};
 use crate::time::{Time, secs};
 
@@ -157,10 +157,14 @@ pub(crate) fn owned_too_late(
     !pools.any(|p| fits.at(c, p, shape, now).is_some_and(|at| at <= budget_end))
 }
 
-/// What a scheduling pass learned of [`owned_fit_at`], by pool and job shape; a pass clears it when it binds or
-/// frees GPUs.
+/// What a scheduling pass learned of [`owned_fit_at`], by pool and job shape, forgotten when it binds or frees
+/// GPUs.
 #[derive(Default)]
-pub(crate) struct FitCache(Vec<(FitKey, Option<Time>)>);
+pub(crate) struct FitCache {
+    answers: Vec<(FitKey, Option<Time>)>,
+    /// GPUs the pass bound to jobs on nodes, which the jobs' placements show only once the pass is applied.
+    bound: Vec<(JobId, NodeId, u32)>,
+}
 
 /// A pool and a job shape: GPUs per worker, workers, GPU model.
 type FitKey = (usize, u32, u32, Option<String>);
@@ -171,24 +175,38 @@ impl FitCache {
     fn at(&mut self, c: &Cluster, pool: usize, shape: (u32, u32, Option<&str>), now: Time) -> Option<Time> {
         let (g, w, model) = shape;
         let same = |(p, kg, kw, m): &FitKey| (*p, *kg, *kw, m.as_deref()) == (pool, g, w, model);
-        if let Some(&(_, at)) = self.0.iter().find(|(k, _)| same(k)) {
+        if let Some(&(_, at)) = self.answers.iter().find(|(k, _)| same(k)) {
             return at;
         }
-        let at = owned_fit_at(c, pool, shape, now);
-        self.0.push(((pool, g, w, model.map(str::to_string)), at));
+        let at = owned_fit_at(c, pool, shape, now, &self.bound);
+        self.answers.push(((pool, g, w, model.map(str::to_string)), at));
         at
     }
 
-    /// Forgets every answer: GPUs were bound or freed.
-    pub(crate) fn clear(&mut self) {
-        self.0.clear();
+    /// Notes that the pass freed job `id`'s GPUs and forgets every answer.
+    pub(crate) fn freed(&mut self, id: JobId) {
+        self.bound.retain(|&(j, ..)| j != id);
+        self.answers.clear();
+    }
+
+    /// Notes that the pass bound `placement` to job `id` (its placement shows it once the pass is applied) and
+    /// forgets every answer.
+    pub(crate) fn bound(&mut self, id: JobId, placement: &[(NodeId, u32)]) {
+        self.bound.extend(placement.iter().map(|&(n, g)| (id, n, g)));
+        self.answers.clear();
     }
 }
 
 /// Returns the earliest time, `now` or later, at which the ready nodes of pool `pool` could hold every worker of a
 /// job of `shape` (GPUs per worker, workers, GPU model): on each node that fits a worker, its free GPUs and those
 /// of its jobs expected to have ended by then ([`expected_end`]); `None` when even all of them could not.
-fn owned_fit_at(c: &Cluster, pool: usize, shape: (u32, u32, Option<&str>), now: Time) -> Option<Time> {
+fn owned_fit_at(
+    c: &Cluster,
+    pool: usize,
+    shape: (u32, u32, Option<&str>),
+    now: Time,
+    bound: &[(JobId, NodeId, u32)],
+) -> Option<Time> {
     let (g, w, want) = shape;
     let g = g.max(1);
     let fits = |n: &&Node| n.gpus >= g && crate::config::model_fits(want, &n.gpu_model);
@@ -201,9 +219,10 @@ fn owned_fit_at(c: &Cluster, pool: usize, shape: (u32, u32, Option<&str>), now: 
     // GPUs each node gets back as its jobs end, in time order.
     let mut ends: Vec<(Time, usize, u32)> = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
-        for job in node.jobs.iter().filter_map(|j| c.jobs.get(j.0 as usize)) {
-            let gpus = job.placement.iter().filter(|(n, _)| *n == node.id).map(|&(_, g)| g).sum::<u32>();
-            ends.push((expected_end(c, job, now), i, gpus));
+        for (&id, job) in node.jobs.iter().filter_map(|j| Some(j).zip(c.jobs.get(j.0 as usize))) {
+            let placed = job.placement.iter().filter(|(n, _)| *n == node.id).map(|&(_, g)| g);
+            let in_pass = bound.iter().filter(|&&(j, n, _)| j == id && n == node.id).map(|&(.., g)| g);
+            ends.push((expected_end(c, job, now), i, placed.chain(in_pass).sum::<u32>()));
         }
     }
     ends.sort_unstable();

@@ -121,6 +121,8 @@ pub(crate) enum Growth {
     Wanted(usize),
     /// Its pool has no free GPUs it fits on.
     NoRoom,
+    /// Its team's GPU quota leaves no room for another worker.
+    AtQuota,
     /// It has no checkpoint interval: a restart on more workers would redo all its work.
     NoCheckpoint,
     /// It grows onto `extra` in `pool` at `at` (now, or its first checkpoint after the resize interval).
@@ -160,6 +162,9 @@ impl Engine {
         if wanted.get(pool).is_some_and(|&n| n > 0) {
             return Growth::Wanted(wanted[pool]);
         }
+        if quota_room(&self.c, j).is_some_and(|room| room < j.gang.gpus_per_worker.max(1)) {
+            return Growth::AtQuota;
+        }
         let extra = extra_workers(&self.c, j, pool, &j.placement, false, &[]);
         if extra.is_empty() {
             return Growth::NoRoom;
@@ -185,6 +190,10 @@ impl Engine {
             }
             Growth::NoRoom => {
                 let text = format!("{head}: pool {pool} has no free GPUs it fits on");
+                ("elastic_not_wider", text, None)
+            }
+            Growth::AtQuota => {
+                let text = format!("{head}: its team's GPU quota leaves no room for another worker");
                 ("elastic_not_wider", text, None)
             }
             Growth::NoCheckpoint => {

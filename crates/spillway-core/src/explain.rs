@@ -151,7 +151,8 @@ impl Engine {
         let free: Vec<u32> = ready.map(|n| n.free()).collect();
         let room: u32 = free.iter().map(|f| f / g.max(1)).sum();
         if pool.market == Market::Fixed {
-            let most = j.gang.max_workers;
+            // As many workers as its team's quota lets it start.
+            let most = crate::elastic::most_workers(&self.c, j);
             let (code, fits) = match (room >= most, room >= w) {
                 (true, _) => ("room_now", "the gang fits now"),
                 // An elastic job whose fewest fit waits only where starting narrow would end later.

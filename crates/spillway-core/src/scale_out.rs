@@ -5,10 +5,11 @@
 //! engine.
 
 use crate::access::{Access, job_pools};
+use crate::cluster::Cluster;
 use crate::config::Market;
 use crate::event::{Action, DecisionKind};
 use crate::growth::NotGrown;
-use crate::model::{JobId, JobState, NodeId, PendingReason};
+use crate::model::{Job, JobId, JobState, NodeId, PendingReason};
 use crate::place::{Fork, Slot, place};
 use crate::scale::Want;
 use crate::shape::Failed;
@@ -413,7 +414,7 @@ impl Planner<'_> {
     /// would (see [`Planner::in_pool`]).
     fn counts_on(&mut self, id: JobId, p: usize) -> bool {
         let job = &self.e.c.jobs[id.0 as usize];
-        let (g, w, model) = (job.spec.gpus_per_worker, job.gang.max_workers, job.spec.gpu_model.as_deref());
+        let (g, w, model) = (job.spec.gpus_per_worker, bought_workers(&self.e.c, job), job.spec.gpu_model.as_deref());
         if fits(&mut self.forks[p], g, w, model, &mut self.slots) > 0 {
             return false;
         }
@@ -434,9 +435,9 @@ impl Planner<'_> {
     fn in_pool(&mut self, id: JobId, p: usize, wake: &mut WakeAt) -> InPool {
         let e = self.e;
         let (now, job) = (e.now, &e.c.jobs[id.0 as usize]);
-        // An elastic job is bought for as its rigid twin would be, its most workers; it is held once its fewest
-        // fit (`spare` workers may be missing).
-        let (g, w, model) = (job.spec.gpus_per_worker, job.gang.max_workers, job.spec.gpu_model.as_deref());
+        // An elastic job is bought for as its rigid twin would be, its most workers (as far as its team's quota
+        // allows); it is held once its fewest fit (`spare` workers may be missing).
+        let (g, w, model) = (job.spec.gpus_per_worker, bought_workers(&e.c, job), job.spec.gpu_model.as_deref());
         let spare = w.saturating_sub(job.gang.workers);
         let room = self.limits.maxes[p].saturating_sub(e.c.pools[p].alive + self.planned[p]);
         let free_pool = !self.out.starved.contains_key(&p);
@@ -513,7 +514,7 @@ impl Planner<'_> {
     fn buy(&mut self, id: JobId, p: usize, it: usize, n: u32) {
         let e = self.e;
         let job = &e.c.jobs[id.0 as usize];
-        let (g, w) = (job.spec.gpus_per_worker, job.gang.max_workers);
+        let (g, w) = (job.spec.gpus_per_worker, bought_workers(&e.c, job));
         self.limits.headroom[p] -= n;
         self.planned[p] += n;
         crate::quota::take_quota(&e.cfg, it, e.cfg.pools[p].market, n, &mut self.quota_left);
@@ -579,4 +580,10 @@ fn hopping(job: &crate::model::Job) -> bool {
 /// Returns the ready nodes among the slots a placement took.
 fn ready(slots: &[(Slot, u32)]) -> impl Iterator<Item = NodeId> + '_ {
     slots.iter().filter_map(|&(s, _)| s.ready())
+}
+
+/// Returns the workers capacity is bought for: a queued elastic job's most that its team's GPU quota allows
+/// ([`crate::elastic::most_workers`]), any other job's all (a running job that moves keeps its width).
+fn bought_workers(c: &Cluster, job: &Job) -> u32 {
+    if job.state == JobState::Queued { crate::elastic::most_workers(c, job) } else { job.gang.max_workers }
 }

@@ -273,4 +273,6 @@ fn an_elastic_job_neither_starts_nor_grows_past_its_teams_gpu_quota() {
     let a = h.run_until(3_600.0);
     assert!(stops(&a).is_empty(), "it never grows onto the third node: {a:?}");
     assert!(h.e.cluster().teams.iter().all(|t| t.quota_gpus.is_none_or(|q| t.used_gpus <= q)));
+    let why = width_reason(&h, job);
+    assert!(why.text.contains("quota"), "it says the quota keeps it narrow: {}", why.text);
 }

@@ -281,3 +281,18 @@ fn with_burst_early_gpus_freed_beside_a_job_that_runs_on_count_and_only_a_job_le
     let said = h.records_of(spillway_core::DecisionKind::JobPending, "owned_capacity_too_late");
     assert!(said.is_empty(), "nobody stopped waiting: {said:?}");
 }
+
+#[test]
+fn with_burst_early_a_job_started_earlier_in_the_same_pass_frees_its_gpus_when_expected() {
+    let early = config("")
+        .replace("burst_wait_per_gpu_hour_s = \"10m\"", "burst_wait_per_gpu_hour_s = \"10m\"\nburst_early = true");
+    let mut h = Harness::new(&early);
+    // Submitted together: the 4-GPU job takes the owned node for an hour; the 8-GPU job (a 160-minute budget)
+    // could have the whole node after that hour, so it waits, though the pass that started the first is the one
+    // that weighs it.
+    let first = h.submit(sized(4, Some(1.0)));
+    let second = h.submit(sized(8, Some(2.0)));
+    let a = h.drain();
+    assert!(started(&a, first).is_some() && launches(&a).is_empty(), "{a:?}");
+    assert_eq!(h.job(second).pending, PendingReason::WaitingForFixedCapacity);
+}

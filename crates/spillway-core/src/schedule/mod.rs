@@ -499,7 +499,7 @@ impl<'a> Pass<'a> {
         for &(n, g) in &placement {
             c.bind(id, n, g);
         }
-        self.fits.clear();
+        self.fits.bound(id, &placement);
         self.holds.clear();
         if placement.iter().any(|&(n, _)| c.nodes[n.0 as usize].market != Market::Fixed) {
             // A job on a cloud node keeps it longer: a job inside its budget that found no room may fit there now.
@@ -544,7 +544,7 @@ impl<'a> Pass<'a> {
             // Free the victim's GPUs now so this job binds them in the same pass; the victim is requeued when
             // the plan is applied.
             c.release(v, now);
-            self.fits.clear();
+            self.fits.freed(v);
             self.holds.clear();
             self.plan.preempted.push((v, id));
         }
