@@ -190,10 +190,11 @@ impl FitCache {
     }
 
     /// Notes that the pass bound `placement` to job `id` (its placement shows it once the pass is applied) and
-    /// forgets every answer.
-    pub(crate) fn bound(&mut self, id: JobId, placement: &[(NodeId, u32)]) {
+    /// forgets the answers for the pools it is in (a start on a cloud node changes nothing owned).
+    pub(crate) fn bound(&mut self, c: &Cluster, id: JobId, placement: &[(NodeId, u32)]) {
         self.bound.extend(placement.iter().map(|&(n, g)| (id, n, g)));
-        self.answers.clear();
+        let in_pool = |p: usize| placement.iter().any(|&(n, _)| c.nodes.get(n.0 as usize).is_some_and(|n| n.pool == p));
+        self.answers.retain(|((p, ..), _)| !in_pool(*p));
     }
 }
 
@@ -220,9 +221,13 @@ fn owned_fit_at(
     let mut ends: Vec<(Time, usize, u32)> = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
         for (&id, job) in node.jobs.iter().filter_map(|j| Some(j).zip(c.jobs.get(j.0 as usize))) {
-            let placed = job.placement.iter().filter(|(n, _)| *n == node.id).map(|&(_, g)| g);
-            let in_pass = bound.iter().filter(|&&(j, n, _)| j == id && n == node.id).map(|&(.., g)| g);
-            ends.push((expected_end(c, job, now), i, placed.chain(in_pass).sum::<u32>()));
+            // A job the pass started has no placement yet: the pass's own binds say where its GPUs are.
+            let gpus: u32 = if job.placement.is_empty() {
+                bound.iter().filter(|&&(j, n, _)| j == id && n == node.id).map(|&(.., g)| g).sum()
+            } else {
+                job.placement.iter().filter(|(n, _)| *n == node.id).map(|&(_, g)| g).sum()
+            };
+            ends.push((expected_end(c, job, now), i, gpus));
         }
     }
     ends.sort_unstable();

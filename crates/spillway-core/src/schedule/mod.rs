@@ -499,7 +499,7 @@ impl<'a> Pass<'a> {
         for &(n, g) in &placement {
             c.bind(id, n, g);
         }
-        self.fits.bound(id, &placement);
+        self.fits.bound(c, id, &placement);
         self.holds.clear();
         if placement.iter().any(|&(n, _)| c.nodes[n.0 as usize].market != Market::Fixed) {
             // A job on a cloud node keeps it longer: a job inside its budget that found no room may fit there now.
