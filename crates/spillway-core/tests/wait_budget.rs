@@ -41,6 +41,11 @@ burst_wait_per_gpu_hour_s = "10m"
     )
 }
 
+/// [`config`] with `burst_early` on p1.
+fn early_config() -> String {
+    config("").replace("burst_wait_per_gpu_hour_s = \"10m\"", "burst_wait_per_gpu_hour_s = \"10m\"\nburst_early = true")
+}
+
 fn sized(gpus: u32, hours: Option<f64>) -> JobSpec {
     let mut s = spec("p1", gpus, 1);
     s.expected_duration_ms = hours.map(|h| (h * 3.6e6) as i64);
@@ -221,8 +226,7 @@ burst_after_s = 7200
 
 #[test]
 fn with_burst_early_a_job_owned_capacity_cannot_take_in_time_bursts_at_once() {
-    let early = config("")
-        .replace("burst_wait_per_gpu_hour_s = \"10m\"", "burst_wait_per_gpu_hour_s = \"10m\"\nburst_early = true");
+    let early = early_config();
     for (text, bursts_at_once) in [(config(""), false), (early, true)] {
         let mut h = Harness::new(&text);
         // The owned node is busy for 100 h; a job of 8 GPUs x 2 h has a 160-minute budget it cannot use there.
@@ -240,8 +244,7 @@ fn with_burst_early_a_job_owned_capacity_cannot_take_in_time_bursts_at_once() {
         }
     }
     // Where the owned node frees within the budget, the job waits for it even with burst_early.
-    let early = config("")
-        .replace("burst_wait_per_gpu_hour_s = \"10m\"", "burst_wait_per_gpu_hour_s = \"10m\"\nburst_early = true");
+    let early = early_config();
     let mut h = Harness::new(&early);
     let filler = h.submit(sized(8, Some(1.0)));
     h.drain();
@@ -255,8 +258,7 @@ fn with_burst_early_a_job_owned_capacity_cannot_take_in_time_bursts_at_once() {
 
 #[test]
 fn with_burst_early_gpus_freed_beside_a_job_that_runs_on_count_and_only_a_job_left_waiting_is_told() {
-    let early = config("")
-        .replace("burst_wait_per_gpu_hour_s = \"10m\"", "burst_wait_per_gpu_hour_s = \"10m\"\nburst_early = true");
+    let early = early_config();
     let mut h = Harness::new(&early);
     // The owned node runs a 4-GPU job for 1 h and another for 100 h: 4 of its GPUs free in 1 h.
     let short = h.submit(sized(4, Some(1.0)));
@@ -284,8 +286,7 @@ fn with_burst_early_gpus_freed_beside_a_job_that_runs_on_count_and_only_a_job_le
 
 #[test]
 fn with_burst_early_a_job_started_earlier_in_the_same_pass_frees_its_gpus_when_expected() {
-    let early = config("")
-        .replace("burst_wait_per_gpu_hour_s = \"10m\"", "burst_wait_per_gpu_hour_s = \"10m\"\nburst_early = true");
+    let early = early_config();
     let mut h = Harness::new(&early);
     // Submitted together: the 4-GPU job takes the owned node for an hour; the 8-GPU job (a 160-minute budget)
     // could have the whole node after that hour, so it waits, though the pass that started the first is the one
