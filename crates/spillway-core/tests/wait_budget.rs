@@ -297,3 +297,26 @@ fn with_burst_early_a_job_started_earlier_in_the_same_pass_frees_its_gpus_when_e
     assert!(started(&a, first).is_some() && launches(&a).is_empty(), "{a:?}");
     assert_eq!(h.job(second).pending, PendingReason::WaitingForFixedCapacity);
 }
+
+#[test]
+fn a_job_whose_budget_grew_with_its_teams_history_is_not_told_its_old_budget_ended() {
+    let mut h = Harness::new(&config(""));
+    let first = h.submit(sized(4, None));
+    h.submit(sized(4, Some(100.0)));
+    h.drain();
+    // No history yet: an assumed hour, so the 8-GPU job's budget ends at 80 minutes.
+    let job = h.submit(sized(8, None));
+    h.drain();
+    // The first job ends after 70 minutes: the team's mean is 70 minutes, the budget now ends at 93 min 20 s.
+    h.run_until(70.0 * 60.0);
+    h.event(Event::JobExited { job: first, attempt: 1, success: true, exit: None });
+    h.drain();
+    // The pass at 80 minutes, which the old budget end asked for, finds it still inside its budget.
+    let a = h.run_until(80.0 * 60.0);
+    assert!(launches(&a).is_empty(), "{a:?}");
+    assert_eq!(h.job(job).pending, PendingReason::WaitingForFixedCapacity, "its budget has 13 minutes left");
+    assert!(launches(&h.run_until(93.0 * 60.0 + 19.0)).is_empty());
+    let told = h.records_of(spillway_core::DecisionKind::JobPending, "no_capacity");
+    assert!(told.is_empty(), "never told it waits for capacity inside its budget: {told:?}");
+    assert_eq!(launches(&h.run_until(93.0 * 60.0 + 20.0)).len(), 1, "it bursts when the new budget ends");
+}

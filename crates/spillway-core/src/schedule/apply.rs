@@ -53,10 +53,15 @@ impl Engine {
     /// comes after it); asks to be woken when the next such budget ends (a pass that passes the job by would not
     /// ask).
     pub(crate) fn budgets_ended(&mut self, wake: &mut WakeAt) {
-        // Entries of jobs that started, ended or were told otherwise since go without a wake-up of their own.
+        // Entries of jobs that started, ended or were told otherwise since, and entries replaced by a later one, go
+        // without a wake-up of their own.
         while let Some((at, id)) = self.budget_ends.pop_first() {
             let j = &self.c.jobs[id.0 as usize];
-            let told = j.state == crate::model::JobState::Queued && j.pending == PendingReason::WaitingForFixedCapacity;
+            // An entry a later pass replaced (the job's budget end moved: its team's run times did) says nothing.
+            let current = self.budget_noted.get(id.0 as usize) == Some(&Some(at));
+            let told = current
+                && j.state == crate::model::JobState::Queued
+                && j.pending == PendingReason::WaitingForFixedCapacity;
             if told && at > self.now {
                 self.budget_ends.insert((at, id));
                 wake.at(at);
