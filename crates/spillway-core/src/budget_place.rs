@@ -171,7 +171,7 @@ type FitKey = (usize, u32, u32, Option<String>);
 
 impl FitCache {
     /// Returns [`owned_fit_at`] for pool `pool` and a job `shape` (GPUs per worker, workers, GPU model), computed
-    /// once per shape until [`FitCache::clear`].
+    /// once per shape until the pass binds GPUs in the pool or frees any ([`FitCache::bound`], [`FitCache::freed`]).
     fn at(&mut self, c: &Cluster, pool: usize, shape: (u32, u32, Option<&str>), now: Time) -> Option<Time> {
         let (g, w, model) = shape;
         let same = |(p, kg, kw, m): &FitKey| (*p, *kg, *kw, m.as_deref()) == (pool, g, w, model);

@@ -48,8 +48,7 @@ pub(crate) fn most_workers(c: &Cluster, job: &Job) -> u32 {
 
 /// Returns workers to add to an elastic `job` in `pool`, on its free GPUs, best fit first, up to its most
 /// workers and its team's GPU quota. `placed`: workers it has there (bound or not yet: `unbound` says, so their
-/// GPUs are counted taken);
-/// `skip`: nodes it may not use.
+/// GPUs are counted taken); `skip`: nodes it may not use.
 pub(crate) fn extra_workers(
     c: &Cluster,
     job: &Job,
@@ -86,11 +85,11 @@ pub(crate) fn extra_workers(
     out
 }
 
-/// Returns whether elastic `job`, able to make its first start now on `w` of its most workers (as far as its team's
-/// quota allows: [`most_workers`]), should rather wait for all of them, which it could have at `full_at`: at linear speedup its expected run `D` takes
-/// `D (most / w - 1)` longer narrow. `full_at` is `None` when nothing says all its workers will ever come (no cloud
-/// pool it may use can grow, no owned nodes that could hold it): then it starts narrow. (A job that already ran
-/// restarts narrow at once: shrinking is what keeps it going.)
+/// Returns whether elastic `job`, able to make its first start now on `w` of its most workers (as far as its
+/// team's quota allows: [`most_workers`]), should rather wait for all of them, which it could have at `full_at`: at
+/// linear speedup its expected run `D` takes `D (most / w - 1)` longer narrow. `full_at` is `None` when nothing says
+/// all its workers will ever come (no cloud pool it may use can grow, no owned nodes that could hold it): then it
+/// starts narrow. (A job that already ran restarts narrow at once: shrinking is what keeps it going.)
 pub(crate) fn waits_for_width(c: &Cluster, job: &Job, w: usize, now: Time, full_at: Option<Time>) -> bool {
     let (Some(full_at), Ok(w)) = (full_at, i64::try_from(w)) else { return false };
     if w == 0 {

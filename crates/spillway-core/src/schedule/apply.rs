@@ -171,8 +171,8 @@ impl Engine {
                 || job_subject(id),
                 "owned_capacity_too_late",
                 || {
-                    "no owned nodes enough for all its workers are expected to drain before its waiting budget ends, \
-                     even with no job ahead of it: it stops waiting for owned capacity (burst_early)"
+                    "no owned GPUs enough for all its workers, free or of jobs expected to end, before its waiting \
+                     budget ends, even with no job ahead of it: it stops waiting for owned capacity (burst_early)"
                         .to_string()
                 },
             );
