@@ -75,7 +75,8 @@ pub(crate) fn find(
 /// Holds nodes softly for a gang inside its budget, EASY-style: in the first pool of `order` it may wait for
 /// (owned, or kept by a minimum) that could ever hold it, the nodes expected to drain first, enough of them for
 /// every worker, each marked with when the last of them drains (when the gang could start). Jobs that end by then
-/// may still use them. A gang no such pool can hold holds nothing.
+/// may still use them. A gang no such pool can hold holds nothing. `drains`: the pools' nodes in drain order, as
+/// far as known (see [`Drains`]).
 ///
 /// Also returns the first instant after `now` at which a node of that pool reaches its expected drain: from then
 /// on a job past its estimate counts as ending at every `now`, which may change which nodes are held and when the
@@ -83,34 +84,66 @@ pub(crate) fn find(
 pub(crate) fn shadow_hold(
     c: &Cluster,
     cfg: &Config,
-    order: &[usize],
+    (order, drains): (&[usize], &mut Drains),
     need: &Need,
     now: Time,
 ) -> (Vec<(NodeId, Time)>, Option<Time>) {
     let want = need.model.as_deref();
     let g = need.g.max(1);
     for pool in job_pools(cfg, order, need.access).filter(|&p| kept(cfg, c, p)) {
-        let fits = |node: &&Node| node.gpus >= g && crate::config::model_fits(want, &node.gpu_model);
-        let mut nodes: Vec<(Time, NodeId, u32)> = c.pools[pool]
-            .ready
-            .iter()
-            .map(|n| &c.nodes[n.0 as usize])
-            .filter(fits)
-            .map(|n| (drained_at(c, n, now), n.id, n.gpus / g))
-            .collect();
-        nodes.sort_unstable();
-        let next = nodes.iter().map(|&(at, ..)| at).find(|&at| at > now);
+        let fits = |node: &Node| node.gpus >= g && crate::config::model_fits(want, &node.gpu_model);
+        let nodes = drains.of(c, pool, now).iter().map(|&(at, n)| (at, &c.nodes[n.0 as usize]));
+        let nodes = nodes.filter(|(_, n)| fits(n));
+        let next = nodes.clone().map(|(at, _)| at).find(|&at| at > now);
         let (mut workers, mut held) = (0u32, Vec::new());
-        for (at, n, slots) in nodes {
-            held.push((n, at));
-            workers = workers.saturating_add(slots);
+        for (at, n) in nodes {
+            held.push(n.id);
+            workers = workers.saturating_add(n.gpus / g);
             if workers >= need.w {
-                let start = at;
-                return (held.into_iter().map(|(n, _)| (n, start)).collect(), next);
+                return (held.into_iter().map(|n| (n, at)).collect(), next);
             }
         }
     }
     (Vec::new(), None)
+}
+
+/// Per pool, its ready nodes by when they are expected to drain ([`drained_at`]), then by id; worked out when
+/// first asked for in a pass and kept up to date as the pass binds GPUs ([`Drains::bound`]).
+#[derive(Default)]
+pub(crate) struct Drains {
+    pools: Vec<Option<Vec<(Time, NodeId)>>>,
+}
+
+impl Drains {
+    /// Returns pool `pool`'s ready nodes in drain order.
+    fn of(&mut self, c: &Cluster, pool: usize, now: Time) -> &[(Time, NodeId)] {
+        if self.pools.len() <= pool {
+            self.pools.resize(pool + 1, None);
+        }
+        self.pools[pool].get_or_insert_with(|| {
+            let ready = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]);
+            let mut nodes: Vec<(Time, NodeId)> = ready.map(|n| (drained_at(c, n, now), n.id)).collect();
+            nodes.sort_unstable();
+            nodes
+        })
+    }
+
+    /// Notes that the pass bound GPUs on `node` to a job: the node drains when that job is expected to end, if
+    /// later.
+    pub(crate) fn bound(&mut self, c: &Cluster, node: NodeId, now: Time) {
+        let Some(n) = c.nodes.get(node.0 as usize) else { return };
+        let Some(Some(nodes)) = self.pools.get_mut(n.pool) else { return };
+        let Some(i) = nodes.iter().position(|&(_, id)| id == node) else { return };
+        nodes.remove(i);
+        let entry = (drained_at(c, n, now), node);
+        let at = nodes.partition_point(|e| *e < entry);
+        nodes.insert(at, entry);
+    }
+
+    /// Forgets every pool's order: the pass freed GPUs.
+    pub(crate) fn freed(&mut self) {
+        self.pools.clear();
+    }
 }
 
 /// Returns when every job on `node` is expected to have ended (see [`expected_end`]).

@@ -38,8 +38,11 @@ pub struct PoolState {
     pub ready: BTreeSet<NodeId>,
     /// The nodes metric policies (target tracking) want now; it raises the pool's min.
     pub policy_min: u32,
-    /// GPUs bound on its nodes per tier index (a pass reads whether a job could find victims here).
+    /// GPUs bound on its nodes per tier index.
     pub tier_gpus: Vec<u32>,
+    /// Of those, the GPUs of interruptible jobs, the only ones preemption may stop (a pass reads whether a job
+    /// could find victims here).
+    pub victim_gpus: Vec<u32>,
 }
 
 /// Counters reported at the end of a run.
@@ -336,20 +339,36 @@ impl Cluster {
         if n.free() > 0 {
             self.free[pool].insert((n.free(), node));
         }
-        let (team, tier) = (self.jobs[job.0 as usize].team, self.jobs[job.0 as usize].tier);
+        let j = &self.jobs[job.0 as usize];
+        let (team, tier, interruptible) = (j.team, j.tier, j.interruptible);
         self.teams[team].used_gpus += gpus;
-        let by_tier = &mut self.pools[pool].tier_gpus;
-        if by_tier.len() <= tier {
-            by_tier.resize(tier + 1, 0);
+        let st = &mut self.pools[pool];
+        for (by_tier, counts) in [(&mut st.tier_gpus, true), (&mut st.victim_gpus, interruptible)] {
+            if by_tier.len() <= tier {
+                by_tier.resize(tier + 1, 0);
+            }
+            by_tier[tier] += if counts { gpus } else { 0 };
         }
-        by_tier[tier] += gpus;
+    }
+
+    /// Makes `job` uninterruptible (no longer a job preemption may stop), wherever it holds GPUs.
+    pub fn make_uninterruptible(&mut self, job: JobId) {
+        let j = &mut self.jobs[job.0 as usize];
+        if std::mem::replace(&mut j.interruptible, false) {
+            for &(node, gpus) in &j.placement {
+                let pool = self.nodes[node.0 as usize].pool;
+                if let Some(n) = self.pools[pool].victim_gpus.get_mut(j.tier) {
+                    *n -= gpus;
+                }
+            }
+        }
     }
 
     /// Releases every GPU a job holds, books its cost for the attempt, and clears its placement.
     pub fn release(&mut self, job: JobId, now: Time) {
         let j = &mut self.jobs[job.0 as usize];
         let placement = std::mem::take(&mut j.placement);
-        let (team, tier) = (j.team, j.tier);
+        let (team, tier, interruptible) = (j.team, j.tier, j.interruptible);
         for (node, gpus) in placement {
             let n = &mut self.nodes[node.0 as usize];
             let pool = n.pool;
@@ -371,6 +390,9 @@ impl Cluster {
             }
             self.teams[team].used_gpus -= gpus;
             if let Some(used) = self.pools[pool].tier_gpus.get_mut(tier) {
+                *used -= gpus;
+            }
+            if let Some(used) = self.pools[pool].victim_gpus.get_mut(tier).filter(|_| interruptible) {
                 *used -= gpus;
             }
         }

@@ -565,10 +565,10 @@ impl Engine {
             let deadline_governs = j.deadline_governs();
             let too_many = t.max_spot_interruptions.is_some_and(|m| j.interruptions >= m);
             if too_many && !deadline_governs && t.markets.contains(&crate::Market::OnDemand) {
-                j.interruptible = false;
                 j.pinned_on_demand = true;
-                self.c.counters.fallbacks += 1;
                 let n = j.interruptions;
+                self.c.make_uninterruptible(job);
+                self.c.counters.fallbacks += 1;
                 self.record(
                     DecisionKind::Fallback,
                     || job_subject(job),

@@ -12,6 +12,8 @@ impl Engine {
         let mut node_used = vec![0u32; self.c.nodes.len()];
         let mut team_used = vec![0u32; self.c.teams.len()];
         let mut tier_used = vec![vec![0u32; self.cfg.tiers.len()]; self.cfg.pools.len()];
+        // The same, of interruptible jobs.
+        let mut victim_used = tier_used.clone();
         let mut queued = 0usize;
         for j in &self.c.jobs {
             match j.state {
@@ -34,6 +36,7 @@ impl Engine {
                         node_used[n.0 as usize] += g;
                         team_used[j.team] += g;
                         tier_used[node.pool][j.tier] += g;
+                        victim_used[node.pool][j.tier] += if j.interruptible { g } else { 0 };
                     }
                 }
                 _ if !j.placement.is_empty() && j.state != JobState::Running => {
@@ -65,15 +68,20 @@ impl Engine {
             if alive != self.c.pools[p].alive {
                 return Err(format!("pool {} counts {} live nodes, has {alive}", pool.name, self.c.pools[p].alive));
             }
-            let counted = |t: usize| self.c.pools[p].tier_gpus.get(t).copied().unwrap_or(0);
-            if let Some(t) = (0..self.cfg.tiers.len()).find(|&t| counted(t) != tier_used[p][t]) {
-                return Err(format!(
-                    "pool {} counts {} GPUs of tier {}, its jobs hold {}",
-                    pool.name,
-                    counted(t),
-                    self.cfg.tiers[t].name,
-                    tier_used[p][t]
-                ));
+            let st = &self.c.pools[p];
+            for (what, counts, used) in
+                [("", &st.tier_gpus, &tier_used[p]), (" interruptible", &st.victim_gpus, &victim_used[p])]
+            {
+                let counted = |t: usize| counts.get(t).copied().unwrap_or(0);
+                if let Some(t) = (0..self.cfg.tiers.len()).find(|&t| counted(t) != used[t]) {
+                    return Err(format!(
+                        "pool {} counts {}{what} GPUs of tier {}, its jobs hold {}",
+                        pool.name,
+                        counted(t),
+                        self.cfg.tiers[t].name,
+                        used[t]
+                    ));
+                }
             }
             if pool.market != crate::Market::Fixed && alive > pool.max_nodes {
                 return Err(format!("pool {} has {alive} nodes, max {}", pool.name, pool.max_nodes));

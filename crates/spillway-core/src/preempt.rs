@@ -23,7 +23,13 @@ pub(crate) fn find_victims(
     let prio = cfg.tiers[job.tier].priority;
     // One buffer for every node's candidates (a pass may look at hundreds of nodes for each of 16 jobs).
     let mut cands: Vec<Victim> = Vec::new();
+    let tiers = &cfg.tiers;
+    let lower = |(t, &gpus): (usize, &u32)| gpus > 0 && tiers[t].priority > prio && tiers[t].preemptible;
     for pool in job_pools(cfg, order, job.access) {
+        // Without a job to stop here a pool gives nothing, whatever room its nodes have.
+        if !c.pools[pool].victim_gpus.iter().enumerate().any(lower) {
+            continue;
+        }
         // (lost GPU-ms, victims, node) per candidate node; its victims are found again for the nodes chosen. A
         // node with room already comes before one whose victims lose nothing (at an estimated checkpoint): which
         // of them is chosen, and so whether anything is stopped, must not hang on the instant of the pass.

@@ -25,6 +25,12 @@ pub struct Queue {
     timed_of: Vec<bool>,
     /// Per tier: how many such jobs are queued.
     timed: Vec<usize>,
+    /// Jobs known to wait inside their waiting budgets (see [`Queue::wait_in_budget`]): per job id, its tier and
+    /// when its budget ends; the same by end; and per tier, how many, in all and per kind.
+    in_budget_of: Vec<Option<(Time, usize)>>,
+    budget_ends: BTreeSet<(Time, JobId)>,
+    in_budget: Vec<usize>,
+    in_budget_kinds: Vec<BTreeMap<u32, usize>>,
 }
 
 impl Queue {
@@ -40,6 +46,10 @@ impl Queue {
             kinds: vec![BTreeMap::new(); tiers],
             timed_of: Vec::new(),
             timed: vec![0; tiers],
+            in_budget_of: Vec::new(),
+            budget_ends: BTreeSet::new(),
+            in_budget: vec![0; tiers],
+            in_budget_kinds: vec![BTreeMap::new(); tiers],
         }
     }
 
@@ -72,13 +82,71 @@ impl Queue {
         self.kinds[tier].keys().map(|&k| (self.kind_list[k as usize].0, self.kind_list[k as usize].1.as_deref()))
     }
 
+    /// Returns the kinds of the jobs queued in `tier` that a pass must look at once nothing further on can start
+    /// (all but those known to wait inside their budgets, see [`Queue::wait_in_budget`]).
+    pub fn kinds_to_visit(&self, tier: usize) -> impl Iterator<Item = (u32, Option<&str>)> + '_ {
+        let waiting = &self.in_budget_kinds[tier];
+        let more = move |(k, n): (&u32, &usize)| (waiting.get(k).copied().unwrap_or(0) < *n).then_some(*k);
+        self.kinds[tier]
+            .iter()
+            .filter_map(more)
+            .map(|k| (self.kind_list[k as usize].0, self.kind_list[k as usize].1.as_deref()))
+    }
+
     fn count_kind(&mut self, tier: usize, job: JobId, delta: isize) {
         let kind = self.kind_of.get(job.0 as usize).copied().unwrap_or(0);
-        let n = self.kinds[tier].entry(kind).or_insert(0);
-        *n = n.saturating_add_signed(delta);
-        if *n == 0 {
-            self.kinds[tier].remove(&kind);
+        count(&mut self.kinds[tier], kind, delta);
+    }
+
+    /// Notes that queued job `job` of `tier` waits inside its waiting budget for owned capacity until `until`, and
+    /// that nothing but capacity it could start on, its team's quota or the end of its budget changes that: a pass
+    /// past the point where no job could start or preempt need not look at it (see `schedule::reach`). Called
+    /// again, it moves the end; [`Queue::expire_budgets`] and [`Queue::remove`] forget it.
+    pub fn wait_in_budget(&mut self, job: JobId, tier: usize, until: Time) {
+        let i = job.0 as usize;
+        if self.in_budget_of.len() <= i {
+            self.in_budget_of.resize(i + 1, None);
         }
+        match self.in_budget_of[i] {
+            Some((old, _)) if old == until => return,
+            Some((old, _)) => {
+                self.budget_ends.remove(&(old, job));
+            }
+            None => {
+                self.in_budget[tier] += 1;
+                let kind = self.kind_of.get(i).copied().unwrap_or(0);
+                count(&mut self.in_budget_kinds[tier], kind, 1);
+            }
+        }
+        self.in_budget_of[i] = Some((until, tier));
+        self.budget_ends.insert((until, job));
+    }
+
+    /// Forgets that `job` waits inside its budget (see [`Queue::wait_in_budget`]), if it was noted.
+    pub fn leave_budget(&mut self, job: JobId) {
+        let i = job.0 as usize;
+        let Some((until, tier)) = self.in_budget_of.get_mut(i).and_then(Option::take) else { return };
+        self.budget_ends.remove(&(until, job));
+        self.in_budget[tier] -= 1;
+        let kind = self.kind_of.get(i).copied().unwrap_or(0);
+        count(&mut self.in_budget_kinds[tier], kind, -1);
+    }
+
+    /// Forgets the jobs whose budgets end at `now` or before.
+    pub fn expire_budgets(&mut self, now: Time) {
+        while let Some(&(_, job)) = self.budget_ends.first().filter(|(until, _)| *until <= now) {
+            self.leave_budget(job);
+        }
+    }
+
+    /// Returns when `job`'s budget ends, where it is noted as waiting inside it (see [`Queue::wait_in_budget`]).
+    pub fn budget_end(&self, job: JobId) -> Option<Time> {
+        self.in_budget_of.get(job.0 as usize).copied().flatten().map(|(until, _)| until)
+    }
+
+    /// Returns how many jobs queued in `tier` are not noted as waiting inside their budgets.
+    pub fn to_visit(&self, tier: usize) -> usize {
+        self.tier_len(tier) - self.in_budget[tier]
     }
 
     /// Adds a job; `key` is its original submission time, so a requeued job keeps its place. `timed`: the job
@@ -116,6 +184,7 @@ impl Queue {
             self.tiers[tier].remove(&team);
         }
         if removed {
+            self.leave_budget(job);
             self.len -= 1;
             self.count_kind(tier, job, -1);
             self.timed[tier] -= usize::from(self.is_timed(job));
@@ -155,6 +224,7 @@ impl Queue {
             weights,
             gpus: &self.gpus,
             started: false,
+            team: 0,
         }
     }
 }
@@ -176,6 +246,8 @@ pub struct Cursor<'a> {
     weights: Vec<f64>,
     gpus: &'a [u32],
     started: bool,
+    /// The team of the job returned last.
+    team: usize,
 }
 
 impl Cursor<'_> {
@@ -197,6 +269,25 @@ impl Cursor<'_> {
     /// Returns the tier index of the job the cursor returned last.
     pub fn tier(&self) -> usize {
         self.tier
+    }
+
+    /// Returns the team of the job the cursor returned last.
+    pub fn team(&self) -> usize {
+        self.team
+    }
+
+    /// Returns how many GPUs job `job` needs in all (as registered).
+    pub fn gpus(&self, job: JobId) -> u32 {
+        self.gpus.get(job.0 as usize).copied().unwrap_or(1)
+    }
+}
+
+/// Adds `delta` to kind `kind`'s count in `counts`, dropping kinds that reach 0.
+fn count(counts: &mut BTreeMap<u32, usize>, kind: u32, delta: isize) {
+    let n = counts.entry(kind).or_insert(0);
+    *n = n.saturating_add_signed(delta);
+    if *n == 0 {
+        counts.remove(&kind);
     }
 }
 
@@ -223,6 +314,7 @@ impl Iterator for Cursor<'_> {
                 let it = self.iters.get_mut(team)?.as_mut()?;
                 let &(_, job) = it.next()?;
                 let g = self.gpus.get(job.0 as usize).copied().unwrap_or(1);
+                self.team = team;
                 // Divided, not multiplied by 1 / weight: the two differ in the last bit for some weights, and the
                 // share key truncates, so that bit can reorder teams.
                 let w = self.weights.get(team).copied().unwrap_or(1.0).max(1e-9);
@@ -311,6 +403,31 @@ mod tests {
         assert!(q.remove(2, 0, 5, JobId(0)));
         q.push(2, 0, 5, JobId(0), false);
         assert!(!q.timed_from(0));
+    }
+
+    #[test]
+    fn jobs_waiting_inside_their_budgets_are_counted_until_their_budgets_end_or_they_leave() {
+        let mut q = Queue::new(2);
+        let (small, large) = (q.kind(1, None), q.kind(8, None));
+        for (i, kind) in [small, small, large].into_iter().enumerate() {
+            q.register(JobId(i as u32), 1, kind);
+            q.push(1, 0, i as Time, JobId(i as u32), false);
+        }
+        q.wait_in_budget(JobId(0), 1, 100);
+        q.wait_in_budget(JobId(2), 1, 50);
+        assert_eq!((q.to_visit(0), q.to_visit(1)), (0, 1));
+        // Job 1 is of the small kind and not noted: the small kind is still to visit, the large one is not.
+        assert_eq!(q.kinds_to_visit(1).collect::<Vec<_>>(), vec![(1, None)]);
+        // Its budget moved: counted once, and forgotten at its new end, not its old one.
+        q.wait_in_budget(JobId(2), 1, 150);
+        q.expire_budgets(100);
+        assert_eq!((q.budget_end(JobId(0)), q.budget_end(JobId(2))), (None, Some(150)));
+        assert_eq!(q.to_visit(1), 2);
+        // Leaving the queue forgets it.
+        assert!(q.remove(1, 0, 2, JobId(2)));
+        assert_eq!((q.budget_end(JobId(2)), q.to_visit(1)), (None, 2));
+        q.expire_budgets(Time::MAX);
+        assert_eq!(q.kinds_to_visit(1).count(), 1);
     }
 
     #[test]

@@ -13,6 +13,7 @@ impl Engine {
             (0..self.cfg.pools.len()).map(|p| self.headroom_within(p, self.effective_max(p), true) > 0).collect();
         let Engine { queue, c, cfg, pool_order, exhaustive, now, .. } = self;
         let wanting = crate::elastic::queued_per_pool(queue, pool_order, cfg.pools.len());
+        queue.expire_budgets(*now);
         let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, wanting);
         pass.cloud_room = cloud_room;
         let cut = pass.walk(queue, c, shares, weights, wake);
@@ -43,6 +44,10 @@ impl Engine {
             if self.budget_noted[i] != Some(at) {
                 self.budget_ends.insert((at, id));
                 self.budget_noted[i] = Some(at);
+            }
+            let j = &self.c.jobs[i];
+            if !self.queue.is_timed(id) && reach::budget_is_own(&self.cfg, j) {
+                self.queue.wait_in_budget(id, j.tier, at);
             }
         }
         self.apply_schedule(plan, &end)
@@ -235,6 +240,9 @@ impl Engine {
 
     /// Sets a job's pending reason, recording the change.
     pub(crate) fn set_pending(&mut self, id: JobId, reason: PendingReason) {
+        if reason != PendingReason::WaitingForFixedCapacity {
+            self.queue.leave_budget(id);
+        }
         let j = &mut self.c.jobs[id.0 as usize];
         if j.pending == reason {
             return;

@@ -8,7 +8,7 @@
 //! the wake-ups the next pass needs and applies the plan (requeues, starts, records).
 
 use crate::access::{Access, Need, job_pools};
-use crate::budget_place::FitCache;
+use crate::budget_place::{Drains, FitCache};
 use crate::cluster::Cluster;
 use crate::config::{Config, Market, model_fits};
 use crate::event::{DecisionKind, StopReason, job_subject};
@@ -114,6 +114,8 @@ struct Pass<'a> {
     fits: FitCache,
     /// [`Pass::shadow_hold`]'s answers by gang shape, until this pass binds or frees GPUs.
     holds: Vec<(HoldKey, Hold)>,
+    /// The nodes of the pools soft holds are in, in drain order.
+    drains: Drains,
     /// Nodes held for waiting gangs inside their budget, with when the gang could start there: a job may use
     /// one only if it is expected to end by then (backfill, as EASY does).
     shadows: Vec<(NodeId, Time)>,
@@ -133,7 +135,10 @@ struct Pass<'a> {
     /// Past the cap for jobs that cannot buy, the walk goes on only while a job that can may be further on (a
     /// kind of job queued here or below that a pool able to grow could hold), and looks only at those.
     buyers_only: bool,
-    /// The walk is past the point where no job could start or preempt any more (see `settles`). It then looks
+    /// The walk is past the point where no job could start or preempt any more (see `settles`): it passes by
+    /// jobs known to wait inside their budgets (see [`Queue::wait_in_budget`]), and ends where only they are left.
+    quiet: bool,
+    /// Besides, the scale-out planner could count no job further on on a node (see `settles`). The walk then looks
     /// only at jobs that may buy and timed ones (see [`Queue::push`]), and counts those it passes as blocked.
     settled: bool,
     /// Per tier: the fewest GPUs per worker of a job queued there (`None`: none is queued).
@@ -232,6 +237,7 @@ impl<'a> Pass<'a> {
             no_room_by_end: Failed::default(),
             fits: FitCache::default(),
             holds: Vec::new(),
+            drains: Drains::default(),
             shadows: Vec::new(),
             refused_in_budget: false,
             budget_room: false,
@@ -243,6 +249,7 @@ impl<'a> Pass<'a> {
             scanned: 0,
             strict_block: false,
             buyers_only: false,
+            quiet: false,
             settled: false,
             least_gpus: Vec::new(),
             held_room: Vec::new(),
@@ -259,26 +266,47 @@ impl<'a> Pass<'a> {
 
     /// Walks the queue in scheduling order to its end or a cap; returns where it stopped.
     fn walk(&mut self, queue: &Queue, c: &mut Cluster, shares: Vec<f64>, weights: Vec<f64>, wake: &mut WakeAt) -> Cut {
-        self.least_gpus = (0..self.pool_order.len()).map(|t| queue.kinds(t).map(|(g, _)| g).min()).collect();
+        let tiers = self.pool_order.len();
+        self.least_gpus = (0..tiers).map(|t| queue.kinds(t).map(|(g, _)| g).min()).collect();
+        // Per tier: the jobs not yet walked past that are not known to wait inside their budgets.
+        let mut left: Vec<usize> = (0..tiers).map(|t| queue.to_visit(t)).collect();
         let mut cursor = queue.cursor(shares, weights);
         while let Some(id) = cursor.next() {
             self.scanned += 1;
+            let (tier, budget_end) = (cursor.tier(), queue.budget_end(id));
+            let in_budget = budget_end.is_some();
+            if !in_budget {
+                left[tier] = left[tier].saturating_sub(1);
+            }
             if !self.buyers_only && self.stuck >= BLOCKED_CAP_NO_SCALE {
-                self.buyers_only = buyers_beyond(queue, self.cfg, self.pool_order, &self.grows, cursor.tier());
+                self.buyers_only = buyers_beyond(queue, (self.cfg, self.pool_order), &self.grows, tier, false);
             }
             let stuck = self.stuck >= BLOCKED_CAP_NO_SCALE && !self.buyers_only;
             let scan = self.scanned > self.cfg.policy.scan_limit;
             if scan || self.buying >= BLOCKED_CAP || stuck {
                 return Cut { limit_hit: true, scan, stuck: stuck || self.settled, settled: self.settled };
             }
-            if self.remember && !self.settled && self.settles(c, cursor.tier()) {
-                self.settled = true;
-                self.held_room = self.held_room(c);
-                let (from, grows) = (cursor.tier(), &self.grows);
-                if !queue.timed_from(from) && !buyers_beyond(queue, self.cfg, self.pool_order, grows, from) {
-                    // Nothing further on can start, preempt or buy, and no job there has a timer of its own.
-                    return Cut { limit_hit: false, scan: false, stuck: true, settled: true };
+            if self.remember && !self.settled {
+                let (quiet, settled) = self.settles(c, tier);
+                self.quiet |= quiet;
+                if settled {
+                    self.settled = true;
+                    self.held_room = self.held_room(c);
+                    let beyond = buyers_beyond(queue, (self.cfg, self.pool_order), &self.grows, tier, true);
+                    if !queue.timed_from(tier) && !beyond {
+                        // Nothing further on can start, preempt or buy, and no job there has a timer of its own.
+                        return Cut { limit_hit: false, scan: false, stuck: true, settled: true };
+                    }
                 }
+            }
+            if self.quiet && in_budget {
+                // A visit would leave it waiting as it is (see `Queue::wait_in_budget`).
+                self.quota_holds(c, id, cursor.team());
+                if left[tier..].iter().all(|&n| n == 0) {
+                    // Only such jobs are left.
+                    return Cut { stuck: self.settled, settled: self.settled, ..Cut::default() };
+                }
+                continue;
             }
             if self.settled && !queue.is_timed(id) {
                 let job = &c.jobs[id.0 as usize];
@@ -288,7 +316,7 @@ impl<'a> Pass<'a> {
                     continue;
                 }
             }
-            self.visit(c, id, wake);
+            self.visit(c, (id, budget_end), wake);
         }
         // Jobs passed by once settled would have asked the scale-out planner to wake them when a cooldown of a
         // pool they may use ends (a pool may grow for them then): `stuck` asks for that wake-up instead.
@@ -297,7 +325,7 @@ impl<'a> Pass<'a> {
 
     /// Decides for one queued job: pass it by (only jobs that may buy are looked at now, or its team is at its
     /// quota), hold capacity while it checkpoints, place it, preempt for it, or leave it waiting.
-    fn visit(&mut self, c: &mut Cluster, id: JobId, wake: &mut WakeAt) {
+    fn visit(&mut self, c: &mut Cluster, (id, known_end): (JobId, Option<Time>), wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
         let timed_early = self.buyers_only || c.teams[job.team].over_quota(job.total_gpus());
@@ -336,7 +364,11 @@ impl<'a> Pass<'a> {
         let job = &c.jobs[id.0 as usize];
         let access = Access::of(job, now);
         let order = &self.pool_order[job.tier];
-        let burst_at = reach::burst_at(c, cfg, (order, self.fixed_wait[job.tier]), job, now, &mut self.fits);
+        // A job known to wait inside its budget (see `Queue::wait_in_budget`) waits until its end was noted.
+        let burst_at = match known_end {
+            Some(end) => end,
+            None => reach::burst_at(c, cfg, (order, self.fixed_wait[job.tier]), job, now, &mut self.fits),
+        };
         // Inside its waiting budget a job starts only where it adds no cloud spending, and any job only on a node
         // held for a waiting gang if it ends before the gang could start there (see `budget_place`): then where
         // it may start depends on when it is expected to end.
@@ -363,7 +395,7 @@ impl<'a> Pass<'a> {
                     need.w = most;
                     match self.find(c, id, &need, end, in_wait) {
                         Some(full) => self.start(c, id, full),
-                        None => self.wait(c, id, access, burst_at, wake),
+                        None => self.wait(c, id, access, (burst_at, known_end.is_some()), wake),
                     }
                     return;
                 }
@@ -385,7 +417,7 @@ impl<'a> Pass<'a> {
             }
         }
         if !self.preempt(c, id, access, wake) {
-            self.wait(c, id, access, burst_at, wake);
+            self.wait(c, id, access, (burst_at, known_end.is_some()), wake);
         }
     }
 
@@ -468,7 +500,7 @@ impl<'a> Pass<'a> {
     /// Returns whether an elastic job that could make its first start on `w` workers waits for more instead
     /// ([`crate::elastic::waits_for_width`]): all of them come from the first cloud pool it may grow, or from the
     /// owned nodes expected to drain first (as a waiting gang's hold counts them).
-    fn waits_for_width(&self, c: &Cluster, id: JobId, w: usize, at: (Access, Time), wake: &mut WakeAt) -> bool {
+    fn waits_for_width(&mut self, c: &Cluster, id: JobId, w: usize, at: (Access, Time), wake: &mut WakeAt) -> bool {
         let (access, burst_at) = at;
         let job = &c.jobs[id.0 as usize];
         if !job.is_elastic() || job.attempt > 0 || w >= crate::elastic::most_workers(c, job) as usize {
@@ -482,7 +514,7 @@ impl<'a> Pass<'a> {
         let cloud_at = boot.map(|b| burst_at.max(self.now).saturating_add(b));
         let mut all = Need::of(job, self.now);
         all.w = crate::elastic::most_workers(c, job);
-        let (held, next) = crate::budget_place::shadow_hold(c, self.cfg, order, &all, self.now);
+        let (held, next) = crate::budget_place::shadow_hold(c, self.cfg, (order, &mut self.drains), &all, self.now);
         if let Some(t) = next {
             wake.at(t);
         }
@@ -498,6 +530,7 @@ impl<'a> Pass<'a> {
         }
         for &(n, g) in &placement {
             c.bind(id, n, g);
+            self.drains.bound(c, n, self.now);
         }
         self.fits.bound(c, id, &placement);
         self.holds.clear();
@@ -545,6 +578,7 @@ impl<'a> Pass<'a> {
             // the plan is applied.
             c.release(v, now);
             self.fits.freed(v);
+            self.drains.freed();
             self.holds.clear();
             self.plan.preempted.push((v, id));
         }
@@ -557,9 +591,10 @@ impl<'a> Pass<'a> {
         true
     }
 
-    /// Leaves a job that found no room waiting: for fixed capacity while its burst wait lasts, else blocked (for
-    /// the autoscaler). Without backfill it stops the jobs behind it; with backfill a multi-GPU job holds nodes.
-    fn wait(&mut self, c: &mut Cluster, id: JobId, access: Access, burst_at: Time, wake: &mut WakeAt) {
+    /// Leaves a job that found no room waiting: for fixed capacity while its burst wait lasts (until `burst_at`;
+    /// `known`: the job is known to wait so, and was told), else blocked (for the autoscaler). Without backfill
+    /// it stops the jobs behind it; with backfill a multi-GPU job holds nodes.
+    fn wait(&mut self, c: &mut Cluster, id: JobId, access: Access, (burst_at, known): (Time, bool), wake: &mut WakeAt) {
         let (cfg, now) = (self.cfg, self.now);
         let job = &c.jobs[id.0 as usize];
         let (g, w, tier) = (job.gang.gpus_per_worker, job.gang.workers, job.tier);
@@ -568,8 +603,10 @@ impl<'a> Pass<'a> {
         }
         if now < burst_at {
             wake.at(burst_at);
-            self.plan.reasons.push((id, PendingReason::WaitingForFixedCapacity));
-            self.plan.budgets.push((burst_at, id));
+            if !known {
+                self.plan.reasons.push((id, PendingReason::WaitingForFixedCapacity));
+                self.plan.budgets.push((burst_at, id));
+            }
         } else {
             self.block(id, tier, access);
         }
@@ -607,7 +644,8 @@ impl<'a> Pass<'a> {
         if let Some((_, hold)) = self.holds.iter().find(|(k, _)| *k == key) {
             return hold.clone();
         }
-        let hold = crate::budget_place::shadow_hold(c, self.cfg, &self.pool_order[need.tier], need, self.now);
+        let order = &self.pool_order[need.tier];
+        let hold = crate::budget_place::shadow_hold(c, self.cfg, (order, &mut self.drains), need, self.now);
         self.holds.push((key, hold.clone()));
         hold
     }

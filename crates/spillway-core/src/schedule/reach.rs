@@ -12,23 +12,26 @@ use crate::queue::Queue;
 use crate::time::Time;
 
 impl Pass<'_> {
-    /// Returns whether no job queued in `tier` or a later one could start in this pass any more: in every pool
-    /// such a job may use, no node could give the smallest worker queued in its tier its GPUs, neither from free
-    /// GPUs on a ready node outside the pass's holds nor, by preempting, from free GPUs plus those of the jobs
-    /// of tiers it may preempt (bounded per node by the most free GPUs on any ready node plus all such jobs'
-    /// GPUs in the pool); no node of a cloud pool is idle (scale-in may swap one too small for a blocked job,
-    /// which it learns from the scale-out planner), and none is booting (the planner would count a job on it). Within a walk
-    /// capacity only shrinks until a preemption, so this stays true for the rest of it; the jobs passed by then
-    /// would have been blocked with no capacity to count on.
-    pub(super) fn settles(&self, c: &Cluster, tier: usize) -> bool {
+    /// Returns whether no job queued in `tier` or a later one could start or preempt in this pass any more
+    /// (`quiet`), and whether beyond that the scale-out planner could count none of them on a node (`settled`).
+    ///
+    /// Quiet: in every pool such a job may use, no node could give the smallest worker queued in its tier its
+    /// GPUs, neither from free GPUs on a ready node outside the pass's holds nor, by preempting, from free GPUs plus
+    /// those of the interruptible jobs of tiers it may preempt (bounded per node by the most free GPUs on any ready node plus all
+    /// such jobs' GPUs in the pool). Settled, besides: no node of a cloud pool is idle (scale-in may swap one too
+    /// small for a blocked job, which it learns from the scale-out planner), and none is booting (the planner
+    /// would count a job on it). Within a walk capacity only shrinks until a preemption, so both stay true for the
+    /// rest of it; the jobs passed by then would have been blocked with no capacity to count on.
+    pub(super) fn settles(&self, c: &Cluster, tier: usize) -> (bool, bool) {
         let tiers = &self.cfg.tiers;
         // GPUs of running jobs that a job of tier `t` may preempt in pool `p`.
         let victim_gpus = |t: usize, p: usize| -> u32 {
             let prio = tiers[t].priority;
             let lower = |&(u, _): &(usize, &u32)| tiers[u].priority > prio && tiers[u].preemptible;
-            let gpus = c.pools[p].tier_gpus.iter().enumerate().filter(lower).map(|(_, &g)| g);
+            let gpus = c.pools[p].victim_gpus.iter().enumerate().filter(lower).map(|(_, &g)| g);
             if self.cfg.policy.preemption { gpus.fold(0, u32::saturating_add) } else { 0 }
         };
+        // Per pool a job of tier `t` may use: (no room for its smallest worker, nothing the planner counts on).
         let closed = |t: usize, p: usize, least: u32| {
             let st = &c.pools[p];
             let free = c.free[p].last().map_or(0, |&(free, _)| free);
@@ -37,10 +40,21 @@ impl Pass<'_> {
             let room = if victims == 0 { free } else { self.held_free(c, p).max(free).saturating_add(victims) };
             // Scale-in acts only on cloud pools that Spillway launches (an owned node held for a gang stays idle).
             let swaps = !st.idle.is_empty() && self.cfg.pools[p].launched();
-            room < least && !swaps && st.requested.is_empty()
+            (room < least, !swaps && st.requested.is_empty())
         };
-        (tier..tiers.len())
-            .all(|t| self.least_gpus[t].is_none_or(|least| self.pool_order[t].iter().all(|&p| closed(t, p, least))))
+        let (mut quiet, mut settled) = (true, true);
+        for t in tier..tiers.len() {
+            let Some(least) = self.least_gpus[t] else { continue };
+            for &p in &self.pool_order[t] {
+                let (no_room, nothing_counted) = closed(t, p, least);
+                quiet &= no_room;
+                settled &= nothing_counted;
+                if !quiet {
+                    return (false, false);
+                }
+            }
+        }
+        (quiet, settled)
     }
 
     /// Returns, per tier, the most free GPUs on a node of a cloud pool the tier may use that the walk holds: the
@@ -68,6 +82,16 @@ impl Pass<'_> {
             matches!(job.pending, PendingReason::WaitingForFixedCapacity | PendingReason::NotScheduledYet);
         if told_to_wait && stopped_early(c, self.cfg, job, self.now) {
             self.plan.burst_early.push(id);
+        }
+    }
+
+    /// Tells job `id` of `team`, known to wait inside its budget and passed by once the walk is quiet (see
+    /// [`Queue::wait_in_budget`]), that its team's quota holds it where it does (a visit would say so; the job
+    /// is then no longer known to wait inside its budget). The job is read only where the team has a quota.
+    pub(super) fn quota_holds(&mut self, c: &Cluster, id: JobId, team: usize) {
+        let t = &c.teams[team];
+        if t.quota_gpus.is_some() && t.over_quota(c.jobs[id.0 as usize].total_gpus()) {
+            self.plan.reasons.push((id, PendingReason::TeamQuota));
         }
     }
 
@@ -132,6 +156,16 @@ fn stopped_early(c: &Cluster, cfg: &Config, job: &Job, now: Time) -> bool {
     tier.burst_early && job.attempt == 0 && now < budget_end(c, cfg, crate::wait_budget::fixed_wait(tier), job)
 }
 
+/// Returns whether queued `job`'s end of waiting for owned capacity depends on nothing but the job: its tier does
+/// not let it burst early (that depends on owned capacity), and its budget grows with size only by a declared
+/// duration (not its team's run times, which change as jobs end). Only such a job, left waiting inside its budget,
+/// may be noted so ([`Queue::wait_in_budget`]).
+pub(crate) fn budget_is_own(cfg: &Config, job: &Job) -> bool {
+    let tier = &cfg.tiers[job.tier];
+    let sized_by_history = tier.burst_wait_per_gpu_hour_s > 0.0 && job.spec.expected_duration_ms.is_none();
+    !tier.burst_early && !sized_by_history && job.attempt == 0
+}
+
 /// Returns whether queued `job` is still inside its waiting budget for owned capacity (a visit leaves it waiting,
 /// not blocked; `order`: the pools its tier may use).
 pub(crate) fn in_budget(c: &Cluster, cfg: &Config, order: &[usize], job: &Job, now: Time, fits: &mut FitCache) -> bool {
@@ -139,17 +173,20 @@ pub(crate) fn in_budget(c: &Cluster, cfg: &Config, order: &[usize], job: &Job, n
 }
 
 /// Returns whether a job queued in tier `from` or a lower one may be one that can buy: its kind (GPUs per worker,
-/// GPU model) fits an instance type of a pool its tier may use that can launch a node now (`grows`).
+/// GPU model) fits an instance type of a pool its tier may use that can launch a node now (`grows`). With
+/// `past_budgets`, jobs known to wait inside their budgets ([`Queue::wait_in_budget`]) do not count: they buy
+/// nothing before their budgets end.
 pub(super) fn buyers_beyond(
     queue: &Queue,
-    cfg: &Config,
-    pool_order: &[Vec<usize>],
+    (cfg, pool_order): (&Config, &[Vec<usize>]),
     grows: &[bool],
     from: usize,
+    past_budgets: bool,
 ) -> bool {
+    let holds = |t: usize, (g, model): (u32, Option<&str>)| {
+        pool_order[t].iter().filter(|&&p| grows[p]).any(|&p| cfg.pool_holds(p, g, model))
+    };
     (from..pool_order.len()).any(|t| {
-        queue
-            .kinds(t)
-            .any(|(g, model)| pool_order[t].iter().filter(|&&p| grows[p]).any(|&p| cfg.pool_holds(p, g, model)))
+        if past_budgets { queue.kinds_to_visit(t).any(|k| holds(t, k)) } else { queue.kinds(t).any(|k| holds(t, k)) }
     })
 }
