@@ -111,22 +111,28 @@ pub(crate) fn deadline_pin_at(cfg: &Config, order: &[usize], job: &Job, now: Tim
 }
 
 /// Returns whether deadline job `job` may start in (or move to) spot pool `q` at `now` and still reach its
-/// deadline the way it keeps it: its slack, less a checkpoint and the transfer of its data to `q`'s region (the
-/// work waits for it), must cover what it keeps once its data is there ([`deadline_keep`], which then counts the
-/// move back to the nearest on-demand pool). Always true for a job its deadline does not govern, for a pool in
-/// its data's region, and where its tier has no on-demand pool (nothing to keep slack for).
+/// deadline the way it keeps it (see [`deadline_allows_until`]).
 pub(crate) fn deadline_allows(cfg: &Config, order: &[usize], job: &Job, q: usize, now: Time) -> bool {
+    deadline_allows_until(cfg, order, job, q, now).is_none_or(|last| now <= last)
+}
+
+/// Returns the last instant at which deadline job `job` may start in (or move to) spot pool `q`, as its work
+/// stands at `now`: while its slack, less a checkpoint and the transfer of its data to `q`'s region (the work
+/// waits for it), covers what it keeps once its data is there ([`deadline_keep`], which then counts the move back
+/// to the nearest on-demand pool). `None` (always) for a job its deadline does not govern, for a pool in its
+/// data's region, and where its tier has no on-demand pool (nothing to keep slack for). A queued job's slack
+/// shrinks with time alone, so the pool drops out of its choices just after this instant.
+pub(crate) fn deadline_allows_until(cfg: &Config, order: &[usize], job: &Job, q: usize, now: Time) -> Option<Time> {
     let gb = job.spec.checkpoint_gb.unwrap_or(0.0);
     let transfer = cfg.move_cost(job.data_at(), q, gb).1;
     if !job.deadline_governs() || transfer == 0 {
-        return true;
+        return None;
     }
-    let (Some(deadline), Some(remaining)) = (job.spec.deadline, job.remaining_work_ms(now)) else { return true };
+    let (deadline, remaining) = (job.spec.deadline?, job.remaining_work_ms(now)?);
     let there = cfg.pools[q].region.as_deref().or(job.data_at());
-    let Some(keep) = deadline_keep(cfg, order, job, remaining, there) else { return true };
+    let keep = deadline_keep(cfg, order, job, remaining, there)?;
     let ck = secs(cfg.tiers[job.tier].checkpoint_time_s);
-    let slack = deadline.saturating_sub(now).saturating_sub(remaining);
-    slack.saturating_sub(ck).saturating_sub(transfer) >= keep
+    Some(deadline.saturating_sub(remaining).saturating_sub(ck).saturating_sub(transfer).saturating_sub(keep))
 }
 
 /// Returns how long before its pin ([`deadline_pin_at`]) a deadline job stops waiting for spot under the `safe`

@@ -101,8 +101,9 @@ fn data_of(job: &Job) -> Option<(f64, &str)> {
 /// ([`MovePrice::per_gpu_hour`]). A spot pool that costs more so than the tier's cheapest on-demand pool is left
 /// out: the job runs on-demand (or, while its deadline holds it to spot, waits for a spot pool that pays). A job
 /// stopped in a region with spot pools leaves spot pools of other regions out until it has waited there as long
-/// as moving is worth ([`MovePrice::move_wait_ms`]); the second value is when the first such pool comes back in
-/// (wake then).
+/// as moving is worth ([`MovePrice::move_wait_ms`]). The second value is the next instant the order changes with
+/// time alone (wake then): the first such pool comes back in, or a spot pool the job's deadline lets it move its
+/// data to now drops out as its slack shrinks ([`crate::access::deadline_allows_until`]).
 /// `None` when no pool of the order moves its data: the tier's order holds.
 pub(crate) fn order_for(
     c: &Cluster,
@@ -125,25 +126,32 @@ pub(crate) fn order_for(
         && job.attempt > 0
         && !job.data.as_deref().is_some_and(|d| d.hopping)
         && order.iter().any(|&q| cfg.pools[q].market == Market::Spot && price.moves(q) == (0.0, 0));
-    let mut back_at: Option<Time> = None;
+    let mut changes_at: Option<Time> = None;
     keyed.retain(|k| {
         if cfg.pools[k.2].market != Market::Spot {
             return true;
         }
-        if !crate::access::deadline_allows(cfg, order, job, k.2, now) {
+        let last = crate::access::deadline_allows_until(cfg, order, job, k.2, now);
+        if last.is_some_and(|last| now > last) {
             // Moving its data there would leave it too little slack for its deadline.
             return false;
         }
         let wait_end = job.queued_since.saturating_add(price.move_wait_ms(k.2));
         if may_wait && now < wait_end {
-            back_at = Some(back_at.map_or(wait_end, |b| b.min(wait_end)));
+            changes_at = Some(changes_at.map_or(wait_end, |b| b.min(wait_end)));
             return false;
         }
-        k.1 < od
+        let kept = k.1 < od;
+        let waits = job.state == crate::model::JobState::Queued;
+        if let Some(out) = last.map(|last| last.saturating_add(1)).filter(|_| kept && waits) {
+            // Its slack shrinks while it waits (not while it runs): the pool drops out then.
+            changes_at = Some(changes_at.map_or(out, |b| b.min(out)));
+        }
+        kept
     });
     // Stable: equal prices keep the tier's order.
     keyed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    Some((keyed.into_iter().map(|(_, _, p)| p).collect(), back_at))
+    Some((keyed.into_iter().map(|(_, _, p)| p).collect(), changes_at))
 }
 
 /// Returns whether moving running job `job` from pool `here` to some spot pool of `order` pays at `now`: that

@@ -84,7 +84,7 @@ impl Queue {
 
     /// Returns the kinds of the jobs queued in `tier` that a pass must look at once nothing further on can start
     /// (all but those known to wait inside their budgets, see [`Queue::wait_in_budget`]).
-    pub fn kinds_to_visit(&self, tier: usize) -> impl Iterator<Item = (u32, Option<&str>)> + '_ {
+    pub(crate) fn kinds_to_visit(&self, tier: usize) -> impl Iterator<Item = (u32, Option<&str>)> + '_ {
         let waiting = &self.in_budget_kinds[tier];
         let more = move |(k, n): (&u32, &usize)| (waiting.get(k).copied().unwrap_or(0) < *n).then_some(*k);
         self.kinds[tier]
@@ -102,7 +102,7 @@ impl Queue {
     /// that nothing but capacity it could start on, its team's quota or the end of its budget changes that: a pass
     /// past the point where no job could start or preempt need not look at it (see `schedule::reach`). Called
     /// again, it moves the end; [`Queue::expire_budgets`] and [`Queue::remove`] forget it.
-    pub fn wait_in_budget(&mut self, job: JobId, tier: usize, until: Time) {
+    pub(crate) fn wait_in_budget(&mut self, job: JobId, tier: usize, until: Time) {
         let i = job.0 as usize;
         if self.in_budget_of.len() <= i {
             self.in_budget_of.resize(i + 1, None);
@@ -123,7 +123,7 @@ impl Queue {
     }
 
     /// Forgets that `job` waits inside its budget (see [`Queue::wait_in_budget`]), if it was noted.
-    pub fn leave_budget(&mut self, job: JobId) {
+    pub(crate) fn leave_budget(&mut self, job: JobId) {
         let i = job.0 as usize;
         let Some((until, tier)) = self.in_budget_of.get_mut(i).and_then(Option::take) else { return };
         self.budget_ends.remove(&(until, job));
@@ -133,19 +133,19 @@ impl Queue {
     }
 
     /// Forgets the jobs whose budgets end at `now` or before.
-    pub fn expire_budgets(&mut self, now: Time) {
+    pub(crate) fn expire_budgets(&mut self, now: Time) {
         while let Some(&(_, job)) = self.budget_ends.first().filter(|(until, _)| *until <= now) {
             self.leave_budget(job);
         }
     }
 
     /// Returns when `job`'s budget ends, where it is noted as waiting inside it (see [`Queue::wait_in_budget`]).
-    pub fn budget_end(&self, job: JobId) -> Option<Time> {
+    pub(crate) fn budget_end(&self, job: JobId) -> Option<Time> {
         self.in_budget_of.get(job.0 as usize).copied().flatten().map(|(until, _)| until)
     }
 
     /// Returns how many jobs queued in `tier` are not noted as waiting inside their budgets.
-    pub fn to_visit(&self, tier: usize) -> usize {
+    pub(crate) fn to_visit(&self, tier: usize) -> usize {
         self.tier_len(tier) - self.in_budget[tier]
     }
 
@@ -274,11 +274,6 @@ impl Cursor<'_> {
     /// Returns the team of the job the cursor returned last.
     pub fn team(&self) -> usize {
         self.team
-    }
-
-    /// Returns how many GPUs job `job` needs in all (as registered).
-    pub fn gpus(&self, job: JobId) -> u32 {
-        self.gpus.get(job.0 as usize).copied().unwrap_or(1)
     }
 }
 

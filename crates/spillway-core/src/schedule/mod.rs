@@ -486,7 +486,9 @@ impl<'a> Pass<'a> {
     ) -> Option<Vec<(NodeId, u32)>> {
         let tier_order: &'a [usize] = &self.pool_order[need.tier];
         let moved = crate::data_move::order_for(c, self.cfg, tier_order, &c.jobs[id.0 as usize], self.now);
-        // The instant a pool left out comes back in is the scale-out planner's wake-up (it runs on this job too).
+        // When its order changes with time alone the scale-out planner wakes the engine (it runs on this job too
+        // once it is blocked; before, a pool dropping out of its order cannot start it, and only a job that ran
+        // before waits for a pool to come back in, and such a job is blocked).
         let order = moved.as_ref().map_or(tier_order, |(o, _)| o.as_slice());
         match end {
             None => find_placement(c, self.cfg, order, need, &mut self.slots),

@@ -16,9 +16,9 @@ impl Pass<'_> {
     /// (`quiet`), and whether beyond that the scale-out planner could count none of them on a node (`settled`).
     ///
     /// Quiet: in every pool such a job may use, no node could give the smallest worker queued in its tier its
-    /// GPUs, neither from free GPUs on a ready node outside the pass's holds nor, by preempting, from free GPUs plus
-    /// those of the interruptible jobs of tiers it may preempt (bounded per node by the most free GPUs on any ready node plus all
-    /// such jobs' GPUs in the pool). Settled, besides: no node of a cloud pool is idle (scale-in may swap one too
+    /// GPUs, neither from free GPUs on a ready node outside the pass's holds nor, by preempting, from free GPUs
+    /// plus those of the interruptible jobs of tiers it may preempt (bounded per node by the most free GPUs on any
+    /// ready node plus all such jobs' GPUs in the pool). Settled, besides: no node of a cloud pool is idle (scale-in may swap one too
     /// small for a blocked job, which it learns from the scale-out planner), and none is booting (the planner
     /// would count a job on it). Within a walk capacity only shrinks until a preemption, so both stay true for the
     /// rest of it; the jobs passed by then would have been blocked with no capacity to count on.
@@ -89,8 +89,13 @@ impl Pass<'_> {
     /// [`Queue::wait_in_budget`]), that its team's quota holds it where it does (a visit would say so; the job
     /// is then no longer known to wait inside its budget). The job is read only where the team has a quota.
     pub(super) fn quota_holds(&mut self, c: &Cluster, id: JobId, team: usize) {
-        let t = &c.teams[team];
-        if t.quota_gpus.is_some() && t.over_quota(c.jobs[id.0 as usize].total_gpus()) {
+        if c.teams[team].quota_gpus.is_none() {
+            return;
+        }
+        let job = &c.jobs[id.0 as usize];
+        // Looking only at jobs that may buy, a visit would end before the quota.
+        let looked_at = !self.buyers_only || self.may_buy(job.tier, crate::access::Access::of(job, self.now));
+        if looked_at && c.teams[team].over_quota(job.total_gpus()) {
             self.plan.reasons.push((id, PendingReason::TeamQuota));
         }
     }
