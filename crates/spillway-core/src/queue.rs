@@ -7,6 +7,25 @@ use crate::time::Time;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
+/// What a scheduling pass reads of a job known to wait inside its waiting budget (see [`Queue::wait_in_budget`]),
+/// so that it need not read the job: none of it changes while the job waits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Noted {
+    /// When its budget ends.
+    pub until: Time,
+    pub tier: usize,
+    /// When it entered the queue (its preemption comes due from then).
+    pub queued_since: Time,
+    /// How long it is expected to run, where it declared it (otherwise its team's run times say, which change).
+    pub run: Option<Time>,
+    /// Its gang: kind (see [`Queue::kind`]), GPUs per worker, workers.
+    pub kind: u32,
+    pub per_worker: u32,
+    pub workers: u32,
+    /// Whether it may run on spot (its access is spot and on-demand, or on-demand alone).
+    pub spot: bool,
+}
+
 /// Queued jobs, per tier (by priority index) and team.
 #[derive(Debug, Default, Clone)]
 pub struct Queue {
@@ -25,9 +44,9 @@ pub struct Queue {
     timed_of: Vec<bool>,
     /// Per tier: how many such jobs are queued.
     timed: Vec<usize>,
-    /// Jobs known to wait inside their waiting budgets (see [`Queue::wait_in_budget`]): per job id, its tier and
-    /// when its budget ends; the same by end; and per tier, how many, in all and per kind.
-    in_budget_of: Vec<Option<(Time, usize)>>,
+    /// Jobs known to wait inside their waiting budgets (see [`Queue::wait_in_budget`]): per job id, what a pass
+    /// reads of it; the same by budget end; and per tier, how many, in all and per kind.
+    in_budget_of: Vec<Option<Noted>>,
     budget_ends: BTreeSet<(Time, JobId)>,
     in_budget: Vec<usize>,
     in_budget_kinds: Vec<BTreeMap<u32, usize>>,
@@ -98,37 +117,42 @@ impl Queue {
         count(&mut self.kinds[tier], kind, delta);
     }
 
-    /// Notes that queued job `job` of `tier` waits inside its waiting budget for owned capacity until `until`, and
-    /// that nothing but capacity it could start on, its team's quota or the end of its budget changes that: a pass
-    /// past the point where no job could start or preempt need not look at it (see `schedule::reach`). Called
-    /// again, it moves the end; [`Queue::expire_budgets`] and [`Queue::remove`] forget it.
-    pub(crate) fn wait_in_budget(&mut self, job: JobId, tier: usize, until: Time) {
+    /// Notes that queued job `job` waits inside its waiting budget for owned capacity until `noted.until`, and that
+    /// nothing but capacity it could start on, its team's quota or the end of its budget changes that: a pass need
+    /// not read it to leave it waiting, and past the point where no job could start or preempt it need not look at
+    /// it at all (see `schedule`). Called again, it moves the end; [`Queue::expire_budgets`] and
+    /// [`Queue::remove`] forget it.
+    pub(crate) fn wait_in_budget(&mut self, job: JobId, noted: Noted) {
         let i = job.0 as usize;
         if self.in_budget_of.len() <= i {
             self.in_budget_of.resize(i + 1, None);
         }
         match self.in_budget_of[i] {
-            Some((old, _)) if old == until => return,
-            Some((old, _)) => {
-                self.budget_ends.remove(&(old, job));
+            Some(old) if old == noted => return,
+            Some(old) => {
+                self.budget_ends.remove(&(old.until, job));
+                self.forget_counts(job, old.tier);
             }
-            None => {
-                self.in_budget[tier] += 1;
-                let kind = self.kind_of.get(i).copied().unwrap_or(0);
-                count(&mut self.in_budget_kinds[tier], kind, 1);
-            }
+            None => {}
         }
-        self.in_budget_of[i] = Some((until, tier));
-        self.budget_ends.insert((until, job));
+        self.in_budget[noted.tier] += 1;
+        let kind = self.kind_of.get(i).copied().unwrap_or(0);
+        count(&mut self.in_budget_kinds[noted.tier], kind, 1);
+        self.in_budget_of[i] = Some(noted);
+        self.budget_ends.insert((noted.until, job));
     }
 
     /// Forgets that `job` waits inside its budget (see [`Queue::wait_in_budget`]), if it was noted.
     pub(crate) fn leave_budget(&mut self, job: JobId) {
-        let i = job.0 as usize;
-        let Some((until, tier)) = self.in_budget_of.get_mut(i).and_then(Option::take) else { return };
-        self.budget_ends.remove(&(until, job));
+        let Some(noted) = self.in_budget_of.get_mut(job.0 as usize).and_then(Option::take) else { return };
+        self.budget_ends.remove(&(noted.until, job));
+        self.forget_counts(job, noted.tier);
+    }
+
+    /// Takes noted job `job` of `tier` off the counts of jobs waiting inside their budgets.
+    fn forget_counts(&mut self, job: JobId, tier: usize) {
         self.in_budget[tier] -= 1;
-        let kind = self.kind_of.get(i).copied().unwrap_or(0);
+        let kind = self.kind_of.get(job.0 as usize).copied().unwrap_or(0);
         count(&mut self.in_budget_kinds[tier], kind, -1);
     }
 
@@ -139,9 +163,10 @@ impl Queue {
         }
     }
 
-    /// Returns when `job`'s budget ends, where it is noted as waiting inside it (see [`Queue::wait_in_budget`]).
-    pub(crate) fn budget_end(&self, job: JobId) -> Option<Time> {
-        self.in_budget_of.get(job.0 as usize).copied().flatten().map(|(until, _)| until)
+    /// Returns what was noted of `job`, where it is known to wait inside its budget (see
+    /// [`Queue::wait_in_budget`]).
+    pub(crate) fn noted(&self, job: JobId) -> Option<&Noted> {
+        self.in_budget_of.get(job.0 as usize).and_then(Option::as_ref)
     }
 
     /// Returns how many jobs queued in `tier` are not noted as waiting inside their budgets.
@@ -408,19 +433,30 @@ mod tests {
             q.register(JobId(i as u32), 1, kind);
             q.push(1, 0, i as Time, JobId(i as u32), false);
         }
-        q.wait_in_budget(JobId(0), 1, 100);
-        q.wait_in_budget(JobId(2), 1, 50);
+        let noted = |until: Time| Noted {
+            until,
+            tier: 1,
+            queued_since: 0,
+            run: Some(60_000),
+            kind: 0,
+            per_worker: 1,
+            workers: 1,
+            spot: false,
+        };
+        q.wait_in_budget(JobId(0), noted(100));
+        q.wait_in_budget(JobId(2), noted(50));
         assert_eq!((q.to_visit(0), q.to_visit(1)), (0, 1));
         // Job 1 is of the small kind and not noted: the small kind is still to visit, the large one is not.
         assert_eq!(q.kinds_to_visit(1).collect::<Vec<_>>(), vec![(1, None)]);
         // Its budget moved: counted once, and forgotten at its new end, not its old one.
-        q.wait_in_budget(JobId(2), 1, 150);
+        q.wait_in_budget(JobId(2), noted(150));
         q.expire_budgets(100);
-        assert_eq!((q.budget_end(JobId(0)), q.budget_end(JobId(2))), (None, Some(150)));
+        let end = |q: &Queue, j: u32| q.noted(JobId(j)).map(|n| n.until);
+        assert_eq!((end(&q, 0), end(&q, 2)), (None, Some(150)));
         assert_eq!(q.to_visit(1), 2);
         // Leaving the queue forgets it.
         assert!(q.remove(1, 0, 2, JobId(2)));
-        assert_eq!((q.budget_end(JobId(2)), q.to_visit(1)), (None, 2));
+        assert_eq!((end(&q, 2), q.to_visit(1)), (None, 2));
         q.expire_budgets(Time::MAX);
         assert_eq!(q.kinds_to_visit(1).count(), 1);
     }

@@ -17,14 +17,19 @@ const MAX_SHAPES: usize = 32;
 /// workers), the markets it may use now and its tier (which pools, in which order, and which jobs are lower),
 /// packed into one number. `extra` is a caller's own part of the key (scale-out: whether the job is spot demand
 /// ahead of a move, and whether it is still before its spot fallback).
-type Shape = u128;
+pub(crate) type Shape = u128;
 
 /// Returns a job's shape: kind and workers 32 bits each, the tier 48 (an index into the config's tiers),
 /// access 2 and `extra` 8.
 fn key(job: &Job, access: Access, extra: u8) -> Shape {
-    let tier = (job.tier as u128) & ((1 << 48) - 1);
+    key_of((job.gang.kind, job.gang.workers, job.tier), access, extra)
+}
+
+/// Returns the shape of a job of gang kind, workers and tier `gang` (see `key`).
+pub(crate) fn key_of((kind, workers, tier): (u32, u32, usize), access: Access, extra: u8) -> Shape {
+    let tier = (tier as u128) & ((1 << 48) - 1);
     let bits = u128::from(access.spot) | u128::from(access.on_demand) << 1 | u128::from(extra) << 2;
-    u128::from(job.gang.kind) | u128::from(job.gang.workers) << 32 | tier << 64 | bits << 112
+    u128::from(kind) | u128::from(workers) << 32 | tier << 64 | bits << 112
 }
 
 /// The shapes that found no room since the capacity they could use last grew, each with a value the caller
@@ -39,6 +44,11 @@ impl<V: Copy> Failed<V> {
     pub(crate) fn get(&self, job: &Job, access: Access, extra: u8) -> Option<V> {
         let key = key(job, access, extra);
         self.shapes.iter().find(|&&(s, _)| s == key).map(|&(_, v)| v)
+    }
+
+    /// Returns what was kept for shape `shape` (see [`key_of`]), when a job of that shape found no room.
+    pub(crate) fn get_shape(&self, shape: Shape) -> Option<V> {
+        self.shapes.iter().find(|&&(s, _)| s == shape).map(|&(_, v)| v)
     }
 
     /// Notes that `job` found no room, with `value` (replacing what was kept for its shape; ignored once the

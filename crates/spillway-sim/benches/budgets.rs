@@ -1,7 +1,8 @@
 //! The waiting-budget benchmark: the overload workload (a 2.5x surge, then weekdays at about what the cluster runs)
 //! sized against a 3,200-GPU owned pool whose `p1` and `p2` jobs wait an hour plus 10 minutes per GPU-hour for
 //! owned capacity before on-demand capacity is bought (`examples/budgets-queue.toml`), so thousands of jobs wait
-//! inside their budgets at once and every pass looks at them (their tier may buy). Runs the `spillway` policy with
+//! inside their budgets at once (a pass passes them by only where no job could start any more, and every pass looks
+//! at those of a `burst_early` tier). Runs the `spillway` policy with
 //! the budgets, then on the same trace with every budget 0 (bursting at once, a short queue) as the in-run
 //! reference for what the budgets cost, then with `burst_early` on `p1` and `p2`; prints each run's wall time,
 //! steps, queue and cost, and the ratios to the no-budget run and to sorting 1,000,000 seeded u64s.

@@ -47,7 +47,8 @@ impl Engine {
             }
             let j = &self.c.jobs[i];
             if !self.queue.is_timed(id) && reach::budget_is_own(&self.cfg, j) {
-                self.queue.wait_in_budget(id, j.tier, at);
+                let noted = reach::noted(&self.c, j, at);
+                self.queue.wait_in_budget(id, noted);
             }
         }
         self.apply_schedule(plan, &end)

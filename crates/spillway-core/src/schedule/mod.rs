@@ -21,6 +21,7 @@ use crate::state::{Engine, WakeAt};
 use crate::time::{Time, fmt_ms, secs};
 
 mod apply;
+mod noted;
 mod reach;
 
 use reach::buyers_beyond;
@@ -81,7 +82,8 @@ struct PassEnd {
     last_start: Option<usize>,
     /// Where in the scan the first blocked job came.
     first_block: Option<usize>,
-    /// A job inside its budget may have room on a cloud node a later job of the pass started on.
+    /// A job inside its budget may have room on a cloud node a later job of the pass started on, or no longer
+    /// owned capacity in time for it (see `Pass::waiting_early`).
     budget_room: bool,
 }
 
@@ -123,6 +125,10 @@ struct Pass<'a> {
     /// it (the next pass, at this instant, looks again).
     refused_in_budget: bool,
     budget_room: bool,
+    /// A job of a `burst_early` tier was left waiting inside its budget; a job that starts later in the pass on
+    /// owned capacity (or a cloud pool its minimum keeps) takes GPUs it counted on, so the next pass, at this
+    /// instant, asks again whether owned capacity could take it in time.
+    waiting_early: bool,
     no_victims: Failed,
     /// Blocked jobs that may buy, and blocked jobs that may not.
     buying: usize,
@@ -241,6 +247,7 @@ impl<'a> Pass<'a> {
             shadows: Vec::new(),
             refused_in_budget: false,
             budget_room: false,
+            waiting_early: false,
             no_victims: Failed::default(),
             buying: 0,
             stuck: 0,
@@ -273,8 +280,8 @@ impl<'a> Pass<'a> {
         let mut cursor = queue.cursor(shares, weights);
         while let Some(id) = cursor.next() {
             self.scanned += 1;
-            let (tier, budget_end) = (cursor.tier(), queue.budget_end(id));
-            let in_budget = budget_end.is_some();
+            let (tier, noted) = (cursor.tier(), queue.noted(id));
+            let in_budget = noted.is_some();
             if !in_budget {
                 left[tier] = left[tier].saturating_sub(1);
             }
@@ -316,7 +323,12 @@ impl<'a> Pass<'a> {
                     continue;
                 }
             }
-            self.visit(c, (id, budget_end), wake);
+            if let Some(n) = noted
+                && self.wait_noted(c, n, cursor.team(), wake)
+            {
+                continue;
+            }
+            self.visit(c, (id, noted.map(|n| n.until)), wake);
         }
         // Jobs passed by once settled would have asked the scale-out planner to wake them when a cooldown of a
         // pool they may use ends (a pool may grow for them then): `stuck` asks for that wake-up instead.
@@ -541,6 +553,8 @@ impl<'a> Pass<'a> {
             self.no_room_by_end.clear();
             self.budget_room |= self.refused_in_budget;
         }
+        let kept = |n: NodeId| crate::budget_place::kept(self.cfg, c, c.nodes[n.0 as usize].pool);
+        self.budget_room |= self.waiting_early && placement.iter().any(|&(n, _)| kept(n));
         self.plan.started.push((id, placement));
         self.last_start = Some(self.scanned);
     }
@@ -604,6 +618,7 @@ impl<'a> Pass<'a> {
             self.note_burst_early(c, id);
         }
         if now < burst_at {
+            self.waiting_early |= cfg.tiers[tier].burst_early;
             wake.at(burst_at);
             if !known {
                 self.plan.reasons.push((id, PendingReason::WaitingForFixedCapacity));

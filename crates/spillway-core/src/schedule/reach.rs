@@ -8,7 +8,7 @@ use crate::budget_place::FitCache;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::model::{Job, JobId, PendingReason};
-use crate::queue::Queue;
+use crate::queue::{Noted, Queue};
 use crate::time::Time;
 
 impl Pass<'_> {
@@ -169,6 +169,22 @@ pub(crate) fn budget_is_own(cfg: &Config, job: &Job) -> bool {
     let tier = &cfg.tiers[job.tier];
     let sized_by_history = tier.burst_wait_per_gpu_hour_s > 0.0 && job.spec.expected_duration_ms.is_none();
     !tier.burst_early && !sized_by_history && job.attempt == 0
+}
+
+/// Returns what a pass reads of queued `job`, left waiting inside its budget until `until` (see
+/// [`Queue::wait_in_budget`]; only for a job [`budget_is_own`] holds for and that has no timer of its own, whose
+/// access is then spot, if it is interruptible, and on-demand).
+pub(crate) fn noted(c: &Cluster, job: &Job, until: Time) -> Noted {
+    Noted {
+        until,
+        tier: job.tier,
+        queued_since: job.queued_since,
+        run: job.spec.expected_duration_ms.map(|_| crate::budget_place::expected_run(c, job)),
+        kind: job.gang.kind,
+        per_worker: job.gang.gpus_per_worker,
+        workers: job.gang.workers,
+        spot: job.interruptible,
+    }
 }
 
 /// Returns whether queued `job` is still inside its waiting budget for owned capacity (a visit leaves it waiting,
