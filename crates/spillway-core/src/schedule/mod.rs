@@ -129,6 +129,10 @@ struct Pass<'a> {
     /// owned capacity (or a cloud pool its minimum keeps) takes GPUs it counted on, so the next pass, at this
     /// instant, asks again whether owned capacity could take it in time.
     waiting_early: bool,
+    /// A job started on a cloud node whose data moves in first: the pass sees it end a transfer too early (its
+    /// work starts once the pass is applied), so a job inside its budget it refuses may fit beside it at this
+    /// instant after all.
+    late_end: bool,
     no_victims: Failed,
     /// Blocked jobs that may buy, and blocked jobs that may not.
     buying: usize,
@@ -248,6 +252,7 @@ impl<'a> Pass<'a> {
             refused_in_budget: false,
             budget_room: false,
             waiting_early: false,
+            late_end: false,
             no_victims: Failed::default(),
             buying: 0,
             stuck: 0,
@@ -418,6 +423,7 @@ impl<'a> Pass<'a> {
             // Refused inside its budget: a job started on a cloud node later in this pass may make room for it
             // (whatever order it tries pools in).
             self.refused_in_budget |= in_wait;
+            self.budget_room |= in_wait && self.late_end;
             match end {
                 _ if own_order => {}
                 None => self.no_room.insert(job, access, 0, ()),
@@ -553,6 +559,14 @@ impl<'a> Pass<'a> {
             self.no_room_by_end.clear();
             self.budget_room |= self.refused_in_budget;
         }
+        let job = &c.jobs[id.0 as usize];
+        let gb = job.spec.checkpoint_gb.unwrap_or(0.0);
+        let moves_in = |n: &crate::model::Node| self.cfg.move_cost(job.data_at(), n.pool, gb).1 > 0;
+        let cloud_moves_in = |&(n, _): &(NodeId, u32)| {
+            let node = &c.nodes[n.0 as usize];
+            node.market != Market::Fixed && moves_in(node)
+        };
+        self.late_end |= crate::data_move::may_move(job) && placement.iter().any(cloud_moves_in);
         let kept = |n: NodeId| crate::budget_place::kept(self.cfg, c, c.nodes[n.0 as usize].pool);
         self.budget_room |= self.waiting_early && placement.iter().any(|&(n, _)| kept(n));
         self.plan.started.push((id, placement));
