@@ -577,16 +577,9 @@ impl<'a> Pass<'a> {
     /// GPUs they free; returns whether it did. Asks to be woken when the job becomes due.
     fn preempt(&mut self, c: &mut Cluster, id: JobId, access: Access, wake: &mut WakeAt) -> bool {
         let (cfg, now) = (self.cfg, self.now);
-        if !cfg.policy.preemption || self.preempting >= MAX_PREEMPTING_JOBS {
-            return false;
-        }
         let job = &c.jobs[id.0 as usize];
-        let (tier, order) = (job.tier, &self.pool_order[job.tier]);
-        let slot = &mut self.due_offsets[slot(tier, access)];
-        let Some(offset) = *slot.get_or_insert_with(|| preemption_offset(cfg, c, order, tier, access)) else {
-            return false;
-        };
-        let at = job.queued_since + offset;
+        let tier = job.tier;
+        let Some(at) = self.preemption_due_at(c, (tier, access), job.queued_since) else { return false };
         if at > now {
             wake.at(at);
             return false;
@@ -594,11 +587,10 @@ impl<'a> Pass<'a> {
         let victims = if self.remember && self.no_victims.contains(job, access) {
             None
         } else {
-            find_victims(c, cfg, order, &Need::of(job, now), now)
+            find_victims(c, cfg, &self.pool_order[tier], &Need::of(job, now), now)
         };
         let Some((nodes, victims)) = victims else {
-            let prio = cfg.tiers[tier].priority;
-            self.due_without_victims = Some(self.due_without_victims.map_or(prio, |p| p.min(prio)));
+            self.due_without_victims(tier);
             self.no_victims.insert(&c.jobs[id.0 as usize], access, 0, ());
             return false;
         };
@@ -619,6 +611,26 @@ impl<'a> Pass<'a> {
         let g = c.jobs[id.0 as usize].spec.gpus_per_worker;
         self.start(c, id, nodes.into_iter().map(|n| (n, g)).collect());
         true
+    }
+
+    /// Returns when a job of `tier` with `access` that entered the queue at `queued_since` may start preempting
+    /// (see `preemption_offset`, worked out once per tier and access), or `None` where it may not in this pass
+    /// (preemption is off, the pass preempted for its most jobs, or its tier has nothing to preempt).
+    fn preemption_due_at(&mut self, c: &Cluster, (tier, access): (usize, Access), queued_since: Time) -> Option<Time> {
+        let cfg = self.cfg;
+        if !cfg.policy.preemption || self.preempting >= MAX_PREEMPTING_JOBS {
+            return None;
+        }
+        let order = &self.pool_order[tier];
+        let slot = &mut self.due_offsets[slot(tier, access)];
+        let offset = (*slot.get_or_insert_with(|| preemption_offset(cfg, c, order, tier, access)))?;
+        Some(queued_since + offset)
+    }
+
+    /// Notes that a job of `tier` was due to preempt but found no victims (see `due_without_victims`).
+    fn due_without_victims(&mut self, tier: usize) {
+        let prio = self.cfg.tiers[tier].priority;
+        self.due_without_victims = Some(self.due_without_victims.map_or(prio, |p| p.min(prio)));
     }
 
     /// Leaves a job that found no room waiting: for fixed capacity while its burst wait lasts (until `burst_at`;

@@ -2,10 +2,9 @@
 //! reading it where a visit would do nothing else ([`Pass::wait_noted`]), and past the point where no job could
 //! start or preempt it passes them by (see `Pass::walk`).
 
-use super::{MAX_PREEMPTING_JOBS, Pass, slot};
+use super::Pass;
 use crate::access::Access;
 use crate::cluster::Cluster;
-use crate::preempt::preemption_offset;
 use crate::queue::Noted;
 use crate::shape::key_of;
 use crate::state::WakeAt;
@@ -38,20 +37,11 @@ impl Pass<'_> {
         if !self.strict_block && !known_full {
             return false;
         }
-        if cfg.policy.preemption && self.preempting < MAX_PREEMPTING_JOBS {
-            let order = &self.pool_order[n.tier];
-            let due = &mut self.due_offsets[slot(n.tier, access)];
-            if let Some(offset) = *due.get_or_insert_with(|| preemption_offset(cfg, c, order, n.tier, access)) {
-                let at = n.queued_since.saturating_add(offset);
-                if at > now {
-                    wake.at(at);
-                } else if self.no_victims.get_shape(shape(0)).is_some() {
-                    let prio = cfg.tiers[n.tier].priority;
-                    self.due_without_victims = Some(self.due_without_victims.map_or(prio, |p| p.min(prio)));
-                } else {
-                    return false;
-                }
-            }
+        match self.preemption_due_at(c, (n.tier, access), n.queued_since) {
+            Some(at) if at > now => wake.at(at),
+            Some(_) if self.no_victims.get_shape(shape(0)).is_some() => self.due_without_victims(n.tier),
+            Some(_) => return false,
+            None => {}
         }
         wake.at(n.until);
         if !cfg.policy.backfill {
