@@ -13,6 +13,7 @@ use crate::config::{Config, Market};
 use crate::model::{Job, JobId, Node, NodeId};
 use crate::place::{ReadyGpus, Slot, place};
 use crate::time::{Time, secs};
+use std::collections::BTreeMap;
 
 /// Returns whether pool `p`'s nodes cost nothing more whoever runs there: owned, or all kept by its minimum.
 pub(crate) fn kept(cfg: &Config, c: &Cluster, p: usize) -> bool {
@@ -168,7 +169,7 @@ fn expected_end(c: &Cluster, job: &Job, now: Time) -> Time {
 /// Returns whether queued `job`, whose waiting budget ends at `budget_end` (after `now`), stops waiting for owned
 /// capacity now: its tier bursts early ([`crate::config::Tier::burst_early`]) and in no pool of `order` it may
 /// wait in (owned, or kept by a minimum) would enough GPUs for all its workers be free before the budget ends
-/// ([`owned_fit_at`]). Waiting on would add its budget to its completion time and save nothing.
+/// ([`FitCache::owned_fit_at`]). Waiting on would add its budget to its completion time and save nothing.
 ///
 /// The estimate leaves out the jobs queued ahead of it, which would take some of that capacity first, so a job
 /// that stops waiting could not have started in time. It is a function of the state alone: a job's expected end
@@ -182,97 +183,142 @@ pub(crate) fn owned_too_late(
     (budget_end, now): (Time, Time),
     fits: &mut FitCache,
 ) -> bool {
-    if !cfg.tiers[job.tier].burst_early || now >= budget_end {
+    if !cfg.tiers[job.tier].burst_early {
         return false;
     }
-    let shape = (job.spec.gpus_per_worker, job.gang.workers, job.spec.gpu_model.as_deref());
-    let mut pools = job_pools(cfg, order, crate::access::Access::of(job, now)).filter(|&p| kept(cfg, c, p));
+    let shape = (job.gang.kind, job.spec.gpus_per_worker, job.gang.workers, job.spec.gpu_model.as_deref());
+    let access = crate::access::Access::of(job, now);
+    shape_too_late(c, cfg, (order, access, shape), (budget_end, now), fits)
+}
+
+/// Returns [`owned_too_late`] for a job of a `burst_early` tier that may use the pools of `order` its `access`
+/// allows, of `shape`.
+pub(crate) fn shape_too_late(
+    c: &Cluster,
+    cfg: &Config,
+    (order, access, shape): (&[usize], crate::access::Access, FitShape<'_>),
+    (budget_end, now): (Time, Time),
+    fits: &mut FitCache,
+) -> bool {
+    if now >= budget_end {
+        return false;
+    }
+    let mut pools = job_pools(cfg, order, access).filter(|&p| kept(cfg, c, p));
     !pools.any(|p| fits.at(c, p, shape, now).is_some_and(|at| at <= budget_end))
 }
 
-/// What a scheduling pass learned of [`owned_fit_at`], by pool and job shape, forgotten when it binds or frees
-/// GPUs.
+/// What a scheduling pass learned of [`FitCache::owned_fit_at`]: answers by pool and job shape, forgotten when it binds GPUs
+/// in the pool or frees any; and per pool, when the jobs on its ready nodes are expected to end, kept up to date
+/// as the pass binds.
 #[derive(Default)]
 pub(crate) struct FitCache {
-    answers: Vec<(FitKey, Option<Time>)>,
+    /// By (pool, job kind, workers).
+    answers: BTreeMap<(usize, u32, u32), Option<Time>>,
+    ends: Vec<Option<PoolEnds>>,
     /// GPUs the pass bound to jobs on nodes, which the jobs' placements show only once the pass is applied.
     bound: Vec<(JobId, NodeId, u32)>,
 }
 
-/// A pool and a job shape: GPUs per worker, workers, GPU model.
-type FitKey = (usize, u32, u32, Option<String>);
+/// A pool's ready nodes (by id), and the GPUs each job there gives back when it is expected to end ([`expected_end`]):
+/// (when, index of the node, GPUs), in time order.
+struct PoolEnds {
+    nodes: Vec<NodeId>,
+    ends: Vec<(Time, usize, u32)>,
+}
+
+/// A job shape as [`FitCache`] reads it: its kind (GPUs per worker and GPU model, see [`crate::queue::Queue::kind`]),
+/// GPUs per worker, workers, GPU model.
+pub(crate) type FitShape<'a> = (u32, u32, u32, Option<&'a str>);
 
 impl FitCache {
-    /// Returns [`owned_fit_at`] for pool `pool` and a job `shape` (GPUs per worker, workers, GPU model), computed
-    /// once per shape until the pass binds GPUs in the pool or frees any ([`FitCache::bound`], [`FitCache::freed`]).
-    fn at(&mut self, c: &Cluster, pool: usize, shape: (u32, u32, Option<&str>), now: Time) -> Option<Time> {
-        let (g, w, model) = shape;
-        let same = |(p, kg, kw, m): &FitKey| (*p, *kg, *kw, m.as_deref()) == (pool, g, w, model);
-        if let Some(&(_, at)) = self.answers.iter().find(|(k, _)| same(k)) {
+    /// Returns [`FitCache::owned_fit_at`] for pool `pool` and a job `shape`, computed once per shape until the pass binds
+    /// GPUs in the pool or frees any ([`FitCache::bound`], [`FitCache::freed`]).
+    fn at(&mut self, c: &Cluster, pool: usize, shape: FitShape<'_>, now: Time) -> Option<Time> {
+        let key = (pool, shape.0, shape.2);
+        if let Some(&at) = self.answers.get(&key) {
             return at;
         }
-        let at = owned_fit_at(c, pool, shape, now, &self.bound);
-        self.answers.push(((pool, g, w, model.map(str::to_string)), at));
+        let at = self.owned_fit_at(c, pool, shape, now);
+        self.answers.insert(key, at);
         at
     }
 
-    /// Notes that the pass freed job `id`'s GPUs and forgets every answer.
+    /// Returns the earliest time, `now` or later, at which the ready nodes of pool `pool` could hold every worker
+    /// of a job of `shape`: on each node that fits a worker, its free GPUs and those of its jobs expected to have
+    /// ended by then ([`expected_end`]); `None` when even all of them could not.
+    fn owned_fit_at(&mut self, c: &Cluster, pool: usize, shape: FitShape<'_>, now: Time) -> Option<Time> {
+        let (_, g, w, want) = shape;
+        let g = g.max(1);
+        let fit = |n: &Node| n.gpus >= g && crate::config::model_fits(want, &n.gpu_model);
+        let fits: Vec<bool> = c.pools[pool].ready.iter().map(|n| fit(&c.nodes[n.0 as usize])).collect();
+        let free_of = |(n, &f): (&NodeId, &bool)| if f { c.nodes[n.0 as usize].free() } else { 0 };
+        let mut free: Vec<u32> = c.pools[pool].ready.iter().zip(&fits).map(free_of).collect();
+        let mut workers = free.iter().fold(0u32, |w, f| w.saturating_add(f / g));
+        if workers >= w {
+            return Some(now);
+        }
+        for &(at, i, gpus) in &self.ends_of(c, pool, now).ends {
+            if !fits[i] {
+                continue;
+            }
+            let before = free[i] / g;
+            free[i] = free[i].saturating_add(gpus);
+            workers = workers.saturating_add(free[i] / g - before);
+            if workers >= w {
+                return Some(at);
+            }
+        }
+        None
+    }
+
+    /// Returns pool `pool`'s [`PoolEnds`], worked out when first asked for in a pass.
+    fn ends_of(&mut self, c: &Cluster, pool: usize, now: Time) -> &PoolEnds {
+        if self.ends.len() <= pool {
+            self.ends.resize_with(pool + 1, || None);
+        }
+        let bound = &self.bound;
+        self.ends[pool].get_or_insert_with(|| {
+            let nodes: Vec<NodeId> = c.pools[pool].ready.iter().copied().collect();
+            let mut ends = Vec::new();
+            for (i, node) in nodes.iter().map(|n| &c.nodes[n.0 as usize]).enumerate() {
+                for (&id, job) in node.jobs.iter().filter_map(|j| Some(j).zip(c.jobs.get(j.0 as usize))) {
+                    // A job the pass started has no placement yet: the pass's own binds say where its GPUs are.
+                    let gpus: u32 = if job.placement.is_empty() {
+                        bound.iter().filter(|&&(j, n, _)| j == id && n == node.id).map(|&(.., g)| g).sum()
+                    } else {
+                        job.placement.iter().filter(|(n, _)| *n == node.id).map(|&(_, g)| g).sum()
+                    };
+                    ends.push((expected_end(c, job, now), i, gpus));
+                }
+            }
+            ends.sort_unstable();
+            PoolEnds { nodes, ends }
+        })
+    }
+
+    /// Notes that the pass freed job `id`'s GPUs and forgets everything else.
     pub(crate) fn freed(&mut self, id: JobId) {
         self.bound.retain(|&(j, ..)| j != id);
         self.answers.clear();
+        self.ends.clear();
     }
 
-    /// Notes that the pass bound `placement` to job `id` (its placement shows it once the pass is applied) and
-    /// forgets the answers for the pools it is in (a start on a cloud node changes nothing owned).
-    pub(crate) fn bound(&mut self, c: &Cluster, id: JobId, placement: &[(NodeId, u32)]) {
+    /// Notes that the pass bound `placement` to job `id` (its placement shows it once the pass is applied):
+    /// forgets the answers for the pools it is in (a start on a cloud node changes nothing owned) and adds the
+    /// job's expected end to their nodes' ends.
+    pub(crate) fn bound(&mut self, c: &Cluster, id: JobId, placement: &[(NodeId, u32)], now: Time) {
         self.bound.extend(placement.iter().map(|&(n, g)| (id, n, g)));
-        let in_pool = |p: usize| placement.iter().any(|&(n, _)| c.nodes.get(n.0 as usize).is_some_and(|n| n.pool == p));
-        self.answers.retain(|((p, ..), _)| !in_pool(*p));
-    }
-}
-
-/// Returns the earliest time, `now` or later, at which the ready nodes of pool `pool` could hold every worker of a
-/// job of `shape` (GPUs per worker, workers, GPU model): on each node that fits a worker, its free GPUs and those
-/// of its jobs expected to have ended by then ([`expected_end`]); `None` when even all of them could not.
-fn owned_fit_at(
-    c: &Cluster,
-    pool: usize,
-    shape: (u32, u32, Option<&str>),
-    now: Time,
-    bound: &[(JobId, NodeId, u32)],
-) -> Option<Time> {
-    let (g, w, want) = shape;
-    let g = g.max(1);
-    let fits = |n: &&Node| n.gpus >= g && crate::config::model_fits(want, &n.gpu_model);
-    let nodes: Vec<&Node> = c.pools[pool].ready.iter().map(|n| &c.nodes[n.0 as usize]).filter(fits).collect();
-    let mut free: Vec<u32> = nodes.iter().map(|n| n.free()).collect();
-    let mut workers = free.iter().fold(0u32, |w, f| w.saturating_add(f / g));
-    if workers >= w {
-        return Some(now);
-    }
-    // GPUs each node gets back as its jobs end, in time order.
-    let mut ends: Vec<(Time, usize, u32)> = Vec::new();
-    for (i, node) in nodes.iter().enumerate() {
-        for (&id, job) in node.jobs.iter().filter_map(|j| Some(j).zip(c.jobs.get(j.0 as usize))) {
-            // A job the pass started has no placement yet: the pass's own binds say where its GPUs are.
-            let gpus: u32 = if job.placement.is_empty() {
-                bound.iter().filter(|&&(j, n, _)| j == id && n == node.id).map(|&(.., g)| g).sum()
-            } else {
-                job.placement.iter().filter(|(n, _)| *n == node.id).map(|&(_, g)| g).sum()
-            };
-            ends.push((expected_end(c, job, now), i, gpus));
+        let Some(job) = c.jobs.get(id.0 as usize) else { return };
+        for &(n, g) in placement {
+            let Some(pool) = c.nodes.get(n.0 as usize).map(|n| n.pool) else { continue };
+            self.answers.retain(|&(p, ..), _| p != pool);
+            let Some(Some(pe)) = self.ends.get_mut(pool) else { continue };
+            let Ok(i) = pe.nodes.binary_search(&n) else { continue };
+            let entry = (expected_end(c, job, now), i, g);
+            let at = pe.ends.partition_point(|e| *e < entry);
+            pe.ends.insert(at, entry);
         }
     }
-    ends.sort_unstable();
-    for (at, i, gpus) in ends {
-        let before = free[i] / g;
-        free[i] = free[i].saturating_add(gpus);
-        workers = workers.saturating_add(free[i] / g - before);
-        if workers >= w {
-            return Some(at);
-        }
-    }
-    None
 }
 
 /// Returns how long `job` is expected to run (see [`crate::wait_budget::expected_run`]).

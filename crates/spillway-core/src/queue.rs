@@ -24,6 +24,10 @@ pub(crate) struct Noted {
     pub workers: u32,
     /// Whether it may run on spot (its access is spot and on-demand, or on-demand alone).
     pub spot: bool,
+    /// Its tier bursts early (`burst_early`): it stops waiting once owned capacity could not take it before its
+    /// budget ends, which changes with every start and end on owned nodes, so every pass asks, and it is counted
+    /// among the jobs a pass must look at.
+    pub early: bool,
 }
 
 /// Queued jobs, per tier (by priority index) and team.
@@ -131,13 +135,15 @@ impl Queue {
             Some(old) if old == noted => return,
             Some(old) => {
                 self.budget_ends.remove(&(old.until, job));
-                self.forget_counts(job, old.tier);
+                self.forget_counts(job, &old);
             }
             None => {}
         }
-        self.in_budget[noted.tier] += 1;
-        let kind = self.kind_of.get(i).copied().unwrap_or(0);
-        count(&mut self.in_budget_kinds[noted.tier], kind, 1);
+        if !noted.early {
+            self.in_budget[noted.tier] += 1;
+            let kind = self.kind_of.get(i).copied().unwrap_or(0);
+            count(&mut self.in_budget_kinds[noted.tier], kind, 1);
+        }
         self.in_budget_of[i] = Some(noted);
         self.budget_ends.insert((noted.until, job));
     }
@@ -146,11 +152,16 @@ impl Queue {
     pub(crate) fn leave_budget(&mut self, job: JobId) {
         let Some(noted) = self.in_budget_of.get_mut(job.0 as usize).and_then(Option::take) else { return };
         self.budget_ends.remove(&(noted.until, job));
-        self.forget_counts(job, noted.tier);
+        self.forget_counts(job, &noted);
     }
 
-    /// Takes noted job `job` of `tier` off the counts of jobs waiting inside their budgets.
-    fn forget_counts(&mut self, job: JobId, tier: usize) {
+    /// Takes noted job `job` off the counts of jobs waiting inside their budgets (a `burst_early` one is not on
+    /// them).
+    fn forget_counts(&mut self, job: JobId, noted: &Noted) {
+        if noted.early {
+            return;
+        }
+        let tier = noted.tier;
         self.in_budget[tier] -= 1;
         let kind = self.kind_of.get(job.0 as usize).copied().unwrap_or(0);
         count(&mut self.in_budget_kinds[tier], kind, -1);
@@ -169,7 +180,13 @@ impl Queue {
         self.in_budget_of.get(job.0 as usize).and_then(Option::as_ref)
     }
 
-    /// Returns how many jobs queued in `tier` are not noted as waiting inside their budgets.
+    /// Returns the GPU model jobs of `kind` (see [`Queue::kind`]) ask for, if any.
+    pub(crate) fn kind_model(&self, kind: u32) -> Option<&str> {
+        self.kind_list.get(kind as usize).and_then(|(_, m)| m.as_deref())
+    }
+
+    /// Returns how many jobs queued in `tier` are not noted as waiting inside their budgets (a `burst_early` one
+    /// counts as not noted: a pass looks at it).
     pub(crate) fn to_visit(&self, tier: usize) -> usize {
         self.tier_len(tier) - self.in_budget[tier]
     }
@@ -442,6 +459,7 @@ mod tests {
             per_worker: 1,
             workers: 1,
             spot: false,
+            early: false,
         };
         q.wait_in_budget(JobId(0), noted(100));
         q.wait_in_budget(JobId(2), noted(50));
@@ -459,6 +477,12 @@ mod tests {
         assert_eq!((end(&q, 2), q.to_visit(1)), (None, 2));
         q.expire_budgets(Time::MAX);
         assert_eq!(q.kinds_to_visit(1).count(), 1);
+        // A job of a `burst_early` tier is noted, but a pass still looks at it: it is not off the jobs to visit.
+        q.wait_in_budget(JobId(1), Noted { early: true, ..noted(200) });
+        assert_eq!((end(&q, 1), q.to_visit(1)), (Some(200), 2));
+        assert_eq!(q.kinds_to_visit(1).collect::<Vec<_>>(), vec![(1, None)]);
+        q.leave_budget(JobId(1));
+        assert_eq!((end(&q, 1), q.to_visit(1)), (None, 2));
     }
 
     #[test]

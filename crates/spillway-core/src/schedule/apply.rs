@@ -47,7 +47,7 @@ impl Engine {
             }
             let j = &self.c.jobs[i];
             if !self.queue.is_timed(id) && reach::budget_is_own(&self.cfg, j) {
-                let noted = reach::noted(&self.c, j, at);
+                let noted = reach::noted(&self.c, &self.cfg, j, at);
                 self.queue.wait_in_budget(id, noted);
             }
         }

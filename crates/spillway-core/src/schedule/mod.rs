@@ -286,7 +286,8 @@ impl<'a> Pass<'a> {
         while let Some(id) = cursor.next() {
             self.scanned += 1;
             let (tier, noted) = (cursor.tier(), queue.noted(id));
-            let in_budget = noted.is_some();
+            // A `burst_early` job is looked at even where it is noted (see `Noted::early`).
+            let in_budget = noted.is_some_and(|n| !n.early);
             if !in_budget {
                 left[tier] = left[tier].saturating_sub(1);
             }
@@ -329,7 +330,7 @@ impl<'a> Pass<'a> {
                 }
             }
             if let Some(n) = noted
-                && self.wait_noted(c, n, cursor.team(), wake)
+                && self.wait_noted(c, (n, queue.kind_model(n.kind)), cursor.team(), wake)
             {
                 continue;
             }
@@ -383,6 +384,7 @@ impl<'a> Pass<'a> {
         let order = &self.pool_order[job.tier];
         // A job known to wait inside its budget (see `Queue::wait_in_budget`) waits until its end was noted.
         let burst_at = match known_end {
+            Some(end) if crate::budget_place::owned_too_late(c, cfg, order, job, (end, now), &mut self.fits) => now,
             Some(end) => end,
             None => reach::burst_at(c, cfg, (order, self.fixed_wait[job.tier]), job, now, &mut self.fits),
         };
@@ -552,7 +554,7 @@ impl<'a> Pass<'a> {
             c.bind(id, n, g);
             self.drains.bound(c, n, self.now);
         }
-        self.fits.bound(c, id, &placement);
+        self.fits.bound(c, id, &placement, self.now);
         self.holds.clear();
         if placement.iter().any(|&(n, _)| c.nodes[n.0 as usize].market != Market::Fixed) {
             // A job on a cloud node keeps it longer: a job inside its budget that found no room may fit there now.

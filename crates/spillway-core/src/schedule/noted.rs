@@ -16,7 +16,13 @@ impl Pass<'_> {
     /// that ends as late (or holds jobs in strict order), and no preemption is due for it, or its shape found no
     /// victims. Then it asks the wake-ups a visit would (its preemption coming due, its budget's end), and without
     /// backfill it stops the jobs behind it. Returns whether it did; otherwise the job is visited.
-    pub(super) fn wait_noted(&mut self, c: &Cluster, n: &Noted, team: usize, wake: &mut WakeAt) -> bool {
+    pub(super) fn wait_noted(
+        &mut self,
+        c: &Cluster,
+        (n, model): (&Noted, Option<&str>),
+        team: usize,
+        wake: &mut WakeAt,
+    ) -> bool {
         let (cfg, now) = (self.cfg, self.now);
         if !self.remember || c.teams[team].quota_gpus.is_some() {
             return false;
@@ -36,6 +42,15 @@ impl Pass<'_> {
         let known_full = self.no_room_by_end.get_shape(shape(1)).is_some_and(|failed| end >= failed);
         if !self.strict_block && !known_full {
             return false;
+        }
+        if n.early {
+            // Whether owned capacity could still take it in time changes with every start and end there.
+            let order = &self.pool_order[n.tier];
+            let shape = (n.kind, n.per_worker, n.workers, model);
+            if crate::budget_place::shape_too_late(c, cfg, (order, access, shape), (n.until, now), &mut self.fits) {
+                return false;
+            }
+            self.waiting_early = true;
         }
         match self.preemption_due_at(c, (n.tier, access), n.queued_since) {
             Some(at) if at > now => wake.at(at),

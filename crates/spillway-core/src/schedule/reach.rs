@@ -161,21 +161,22 @@ fn stopped_early(c: &Cluster, cfg: &Config, job: &Job, now: Time) -> bool {
     tier.burst_early && job.attempt == 0 && now < budget_end(c, cfg, crate::wait_budget::fixed_wait(tier), job)
 }
 
-/// Returns whether queued `job`'s end of waiting for owned capacity depends on nothing but the job: its tier does
-/// not let it burst early (that depends on owned capacity), and its budget grows with size only by a declared
-/// duration (not its team's run times, which change as jobs end). Only such a job, left waiting inside its budget,
-/// may be noted so ([`Queue::wait_in_budget`]).
+/// Returns whether queued `job`'s budget ends at an instant that depends on nothing but the job: its first
+/// attempt, and a budget that grows with size only by a declared duration (not its team's run times, which change
+/// as jobs end). Only such a job, left waiting inside its budget, may be noted so ([`Queue::wait_in_budget`]); one
+/// of a `burst_early` tier may stop waiting before then, which a pass asks each time ([`Noted::early`]).
 pub(crate) fn budget_is_own(cfg: &Config, job: &Job) -> bool {
     let tier = &cfg.tiers[job.tier];
     let sized_by_history = tier.burst_wait_per_gpu_hour_s > 0.0 && job.spec.expected_duration_ms.is_none();
-    !tier.burst_early && !sized_by_history && job.attempt == 0
+    !sized_by_history && job.attempt == 0
 }
 
 /// Returns what a pass reads of queued `job`, left waiting inside its budget until `until` (see
 /// [`Queue::wait_in_budget`]; only for a job [`budget_is_own`] holds for and that has no timer of its own, whose
 /// access is then spot, if it is interruptible, and on-demand).
-pub(crate) fn noted(c: &Cluster, job: &Job, until: Time) -> Noted {
+pub(crate) fn noted(c: &Cluster, cfg: &Config, job: &Job, until: Time) -> Noted {
     Noted {
+        early: cfg.tiers[job.tier].burst_early,
         until,
         tier: job.tier,
         queued_since: job.queued_since,
