@@ -33,6 +33,18 @@ fn leaves_at(node: &Node, jobs: &[Job], idle_timeout: Time, now: Time) -> Option
     Some(end.saturating_add(idle_timeout))
 }
 
+/// Returns whether some ready node of pool `p` has `g` free GPUs or more and would admit a job inside its budget
+/// expected to end at `end` (see [`find`]; nodes held for waiting gangs and GPU models aside, so a `false` is
+/// certain and a `true` may not be).
+pub(crate) fn may_admit(c: &Cluster, cfg: &Config, p: usize, g: u32, (end, now): (Time, Time)) -> bool {
+    let mut roomy = c.free[p].range((g, NodeId(0))..).map(|&(_, n)| &c.nodes[n.0 as usize]);
+    if kept(cfg, c, p) {
+        return roomy.next().is_some();
+    }
+    let idle_timeout = secs(cfg.pools[p].idle_timeout_s.min(1e12));
+    roomy.any(|n| leaves_at(n, &c.jobs, idle_timeout, now).is_some_and(|t| end <= t))
+}
+
 /// Which nodes a job whose placement depends on its expected end may use (see the module doc).
 pub(crate) struct Admit<'a> {
     /// When the job is expected to end, and now.

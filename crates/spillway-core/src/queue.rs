@@ -54,6 +54,8 @@ pub struct Queue {
     budget_ends: BTreeSet<(Time, JobId)>,
     in_budget: Vec<usize>,
     in_budget_kinds: Vec<BTreeMap<u32, usize>>,
+    /// Per tier: the same by kind and expected run (0 where the job declared none).
+    in_budget_runs: Vec<BTreeMap<(u32, Time), usize>>,
 }
 
 impl Queue {
@@ -73,6 +75,7 @@ impl Queue {
             budget_ends: BTreeSet::new(),
             in_budget: vec![0; tiers],
             in_budget_kinds: vec![BTreeMap::new(); tiers],
+            in_budget_runs: vec![BTreeMap::new(); tiers],
         }
     }
 
@@ -143,6 +146,7 @@ impl Queue {
             self.in_budget[noted.tier] += 1;
             let kind = self.kind_of.get(i).copied().unwrap_or(0);
             count(&mut self.in_budget_kinds[noted.tier], kind, 1);
+            count(&mut self.in_budget_runs[noted.tier], (kind, noted.run.unwrap_or(0)), 1);
         }
         self.in_budget_of[i] = Some(noted);
         self.budget_ends.insert((noted.until, job));
@@ -165,6 +169,19 @@ impl Queue {
         self.in_budget[tier] -= 1;
         let kind = self.kind_of.get(job.0 as usize).copied().unwrap_or(0);
         count(&mut self.in_budget_kinds[tier], kind, -1);
+        count(&mut self.in_budget_runs[tier], (kind, noted.run.unwrap_or(0)), -1);
+    }
+
+    /// Returns, per kind of the jobs of `tier` known to wait inside their budgets (not `burst_early` ones), its
+    /// GPUs per worker and the shortest expected run among them (0 where one declared none).
+    pub(crate) fn noted_kinds(&self, tier: usize) -> impl Iterator<Item = (u32, Time)> + '_ {
+        let runs = &self.in_budget_runs[tier];
+        let mut from = Some((0u32, Time::MIN));
+        std::iter::from_fn(move || {
+            let (&(kind, run), _) = runs.range(from?..).next()?;
+            from = kind.checked_add(1).map(|k| (k, Time::MIN));
+            Some((self.kind_list.get(kind as usize).map_or(0, |k| k.0), run))
+        })
     }
 
     /// Forgets the jobs whose budgets end at `now` or before.
@@ -317,10 +334,15 @@ impl Cursor<'_> {
     pub fn team(&self) -> usize {
         self.team
     }
+
+    /// Returns how many jobs of the current tier the cursor has not returned yet.
+    pub(crate) fn left_in_tier(&self) -> usize {
+        self.iters.iter().flatten().map(ExactSizeIterator::len).sum()
+    }
 }
 
 /// Adds `delta` to kind `kind`'s count in `counts`, dropping kinds that reach 0.
-fn count(counts: &mut BTreeMap<u32, usize>, kind: u32, delta: isize) {
+fn count<K: Ord + Copy>(counts: &mut BTreeMap<K, usize>, kind: K, delta: isize) {
     let n = counts.entry(kind).or_insert(0);
     *n = n.saturating_add_signed(delta);
     if *n == 0 {

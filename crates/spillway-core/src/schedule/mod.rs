@@ -118,6 +118,9 @@ struct Pass<'a> {
     holds: Vec<(HoldKey, Hold)>,
     /// The nodes of the pools soft holds are in, in drain order.
     drains: Drains,
+    /// Per tier: whether no job known to wait inside its budget could start or preempt (see `noted_closed`),
+    /// until this pass starts a job.
+    closed_noted: Vec<Option<bool>>,
     /// Nodes held for waiting gangs inside their budget, with when the gang could start there: a job may use
     /// one only if it is expected to end by then (backfill, as EASY does).
     shadows: Vec<(NodeId, Time)>,
@@ -248,6 +251,7 @@ impl<'a> Pass<'a> {
             fits: FitCache::default(),
             holds: Vec::new(),
             drains: Drains::default(),
+            closed_noted: Vec::new(),
             shadows: Vec::new(),
             refused_in_budget: false,
             budget_room: false,
@@ -311,6 +315,12 @@ impl<'a> Pass<'a> {
                         return Cut { limit_hit: false, scan: false, stuck: true, settled: true };
                     }
                 }
+            }
+            let only_noted = || left[tier..].iter().all(|&n| n == 0);
+            if in_budget && !self.quiet && only_noted() && self.noted_end((c, queue), (tier, &cursor)) {
+                // Only jobs known to wait inside their budgets are left, and none of them could do more.
+                let settled = self.settled_after(c, queue, tier);
+                return Cut { stuck: settled, settled, ..Cut::default() };
             }
             if self.quiet && in_budget {
                 // A visit would leave it waiting as it is (see `Queue::wait_in_budget`).
@@ -556,6 +566,7 @@ impl<'a> Pass<'a> {
         }
         self.fits.bound(c, id, &placement, self.now);
         self.holds.clear();
+        self.closed_noted.clear();
         if placement.iter().any(|&(n, _)| c.nodes[n.0 as usize].market != Market::Fixed) {
             // A job on a cloud node keeps it longer: a job inside its budget that found no room may fit there now.
             self.no_room_by_end.clear();

@@ -5,7 +5,7 @@
 use super::Pass;
 use crate::access::Access;
 use crate::cluster::Cluster;
-use crate::queue::Noted;
+use crate::queue::{Cursor, Noted, Queue};
 use crate::shape::key_of;
 use crate::state::WakeAt;
 
@@ -14,8 +14,9 @@ impl Pass<'_> {
     /// where nothing else comes of it: it declared its run time, its team has no quota (a visit reads the job for
     /// it), it would hold no nodes for itself (a gang's soft hold), this pass already found no room for its shape
     /// that ends as late (or holds jobs in strict order), and no preemption is due for it, or its shape found no
-    /// victims. Then it asks the wake-ups a visit would (its preemption coming due, its budget's end), and without
-    /// backfill it stops the jobs behind it. Returns whether it did; otherwise the job is visited.
+    /// victims; a job of a `burst_early` tier besides only while owned capacity could still take it in time. Then
+    /// it asks the wake-ups a visit would (its preemption coming due, its budget's end), and without backfill it
+    /// stops the jobs behind it. Returns whether it did; otherwise the job is visited.
     pub(super) fn wait_noted(
         &mut self,
         c: &Cluster,
@@ -50,7 +51,6 @@ impl Pass<'_> {
             if crate::budget_place::shape_too_late(c, cfg, (order, access, shape), (n.until, now), &mut self.fits) {
                 return false;
             }
-            self.waiting_early = true;
         }
         match self.preemption_due_at(c, (n.tier, access), n.queued_since) {
             Some(at) if at > now => wake.at(at),
@@ -59,10 +59,74 @@ impl Pass<'_> {
             None => {}
         }
         wake.at(n.until);
+        // A later start on owned capacity may take what it counted on (see `waiting_early`).
+        self.waiting_early |= n.early;
         if !cfg.policy.backfill {
             self.strict_block = true;
             self.first_hold.get_or_insert(self.scanned);
         }
         true
+    }
+
+    /// Returns whether the walk may end at a job known to wait inside its budget in `tier`, where only such jobs
+    /// are left (in this tier and the ones after) and none of them could start or preempt: what it reads of them is
+    /// remembered (not an exhaustive walk); it looks at every job (not only those that may buy); no team has a
+    /// quota (a visit would tell one over it so); no job started on a cloud node whose data moves in (see
+    /// `late_end`); the scan limit lies beyond them; and in every tier from `tier` on, [`Pass::noted_closed`].
+    /// Each of them would be left waiting: it asks its budget's end (the engine wakes for that anyway, see
+    /// `Engine::budgets_ended`) and a preemption coming due (nothing to preempt in any pool it may use; a job
+    /// that could be one starts in a pass, which looks again), and holds nodes for no job after it.
+    pub(super) fn noted_end(&mut self, (c, queue): (&Cluster, &Queue), (tier, cursor): (usize, &Cursor<'_>)) -> bool {
+        let ok = self.remember && !self.buyers_only && !self.late_end;
+        if !ok || c.teams.iter().any(|t| t.quota_gpus.is_some()) {
+            return false;
+        }
+        let tiers = self.pool_order.len();
+        if self.closed_noted.len() < tiers {
+            self.closed_noted.resize(tiers, None);
+        }
+        for u in tier..tiers {
+            let closed = match self.closed_noted[u] {
+                Some(closed) => closed,
+                None => {
+                    let closed = self.noted_closed(c, queue, u);
+                    self.closed_noted[u] = Some(closed);
+                    closed
+                }
+            };
+            if !closed {
+                return false;
+            }
+        }
+        let rest = (tier + 1..tiers).fold(cursor.left_in_tier(), |n, u| n.saturating_add(queue.tier_len(u)));
+        self.scanned.saturating_add(rest) <= self.cfg.policy.scan_limit
+    }
+
+    /// Returns whether no job of `tier` known to wait inside its budget could start or preempt now: in every pool
+    /// the tier may use there is nothing to preempt, and for each kind of them no ready node with room for its
+    /// worker that would admit the shortest of their runs ([`crate::budget_place::may_admit`]).
+    fn noted_closed(&self, c: &Cluster, queue: &Queue, tier: usize) -> bool {
+        let order = &self.pool_order[tier];
+        let mut kinds = queue.noted_kinds(tier).peekable();
+        if kinds.peek().is_none() {
+            return true;
+        }
+        if order.iter().any(|&p| self.victim_gpus(c, tier, p) > 0) {
+            return false;
+        }
+        let now = self.now;
+        let admits = |(g, run): (u32, crate::time::Time)| {
+            let end = now.saturating_add(run);
+            order.iter().any(|&p| crate::budget_place::may_admit(c, self.cfg, p, g, (end, now)))
+        };
+        !kinds.any(admits)
+    }
+
+    /// Returns whether the walk, ended early by [`Pass::noted_end`] in `tier`, would have settled (see
+    /// `Pass::settles`) at a later tier: capacity does not change past that point, and a later tier is settled
+    /// if the last tier with queued jobs is.
+    pub(super) fn settled_after(&self, c: &Cluster, queue: &Queue, tier: usize) -> bool {
+        let last = (tier + 1..self.pool_order.len()).rev().find(|&u| queue.tier_len(u) > 0);
+        self.settled || last.is_some_and(|u| self.settles(c, u).1)
     }
 }

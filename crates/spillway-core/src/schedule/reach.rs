@@ -24,13 +24,7 @@ impl Pass<'_> {
     /// rest of it; the jobs passed by then would have been blocked with no capacity to count on.
     pub(super) fn settles(&self, c: &Cluster, tier: usize) -> (bool, bool) {
         let tiers = &self.cfg.tiers;
-        // GPUs of running jobs that a job of tier `t` may preempt in pool `p`.
-        let victim_gpus = |t: usize, p: usize| -> u32 {
-            let prio = tiers[t].priority;
-            let lower = |&(u, _): &(usize, &u32)| tiers[u].priority > prio && tiers[u].preemptible;
-            let gpus = c.pools[p].victim_gpus.iter().enumerate().filter(lower).map(|(_, &g)| g);
-            if self.cfg.policy.preemption { gpus.fold(0, u32::saturating_add) } else { 0 }
-        };
+        let victim_gpus = |t: usize, p: usize| self.victim_gpus(c, t, p);
         // Per pool a job of tier `t` may use: (no room for its smallest worker, nothing the planner counts on).
         let closed = |t: usize, p: usize, least: u32| {
             let st = &c.pools[p];
@@ -55,6 +49,15 @@ impl Pass<'_> {
             }
         }
         (quiet, settled)
+    }
+
+    /// Returns the GPUs of running jobs that a job of tier `t` may preempt in pool `p` (0 with preemption off).
+    pub(super) fn victim_gpus(&self, c: &Cluster, t: usize, p: usize) -> u32 {
+        let tiers = &self.cfg.tiers;
+        let prio = tiers[t].priority;
+        let lower = |&(u, _): &(usize, &u32)| tiers[u].priority > prio && tiers[u].preemptible;
+        let gpus = c.pools[p].victim_gpus.iter().enumerate().filter(lower).map(|(_, &g)| g);
+        if self.cfg.policy.preemption { gpus.fold(0, u32::saturating_add) } else { 0 }
     }
 
     /// Returns, per tier, the most free GPUs on a node of a cloud pool the tier may use that the walk holds: the
