@@ -54,8 +54,11 @@ pub struct Queue {
     budget_ends: BTreeSet<(Time, JobId)>,
     in_budget: Vec<usize>,
     in_budget_kinds: Vec<BTreeMap<u32, usize>>,
-    /// Per tier: the same by kind and expected run (0 where the job declared none).
+    /// Per tier: every noted job (`burst_early` ones too), in all and by kind and expected run (0 where the job
+    /// declared none); and the `burst_early` ones by kind, workers, spot and budget end.
+    noted_count: Vec<usize>,
     in_budget_runs: Vec<BTreeMap<(u32, Time), usize>>,
+    early_ends: Vec<BTreeMap<(u32, u32, bool, Time), usize>>,
 }
 
 impl Queue {
@@ -75,7 +78,9 @@ impl Queue {
             budget_ends: BTreeSet::new(),
             in_budget: vec![0; tiers],
             in_budget_kinds: vec![BTreeMap::new(); tiers],
+            noted_count: vec![0; tiers],
             in_budget_runs: vec![BTreeMap::new(); tiers],
+            early_ends: vec![BTreeMap::new(); tiers],
         }
     }
 
@@ -138,16 +143,11 @@ impl Queue {
             Some(old) if old == noted => return,
             Some(old) => {
                 self.budget_ends.remove(&(old.until, job));
-                self.forget_counts(job, &old);
+                self.count_noted(job, &old, -1);
             }
             None => {}
         }
-        if !noted.early {
-            self.in_budget[noted.tier] += 1;
-            let kind = self.kind_of.get(i).copied().unwrap_or(0);
-            count(&mut self.in_budget_kinds[noted.tier], kind, 1);
-            count(&mut self.in_budget_runs[noted.tier], (kind, noted.run.unwrap_or(0)), 1);
-        }
+        self.count_noted(job, &noted, 1);
         self.in_budget_of[i] = Some(noted);
         self.budget_ends.insert((noted.until, job));
     }
@@ -156,23 +156,47 @@ impl Queue {
     pub(crate) fn leave_budget(&mut self, job: JobId) {
         let Some(noted) = self.in_budget_of.get_mut(job.0 as usize).and_then(Option::take) else { return };
         self.budget_ends.remove(&(noted.until, job));
-        self.forget_counts(job, &noted);
+        self.count_noted(job, &noted, -1);
     }
 
-    /// Takes noted job `job` off the counts of jobs waiting inside their budgets (a `burst_early` one is not on
-    /// them).
-    fn forget_counts(&mut self, job: JobId, noted: &Noted) {
-        if noted.early {
-            return;
-        }
+    /// Adds noted job `job` to the counts of jobs waiting inside their budgets (`delta` 1), or takes it off them
+    /// (-1); a `burst_early` one is not on the counts of jobs a pass need not look at.
+    fn count_noted(&mut self, job: JobId, noted: &Noted, delta: isize) {
         let tier = noted.tier;
-        self.in_budget[tier] -= 1;
         let kind = self.kind_of.get(job.0 as usize).copied().unwrap_or(0);
-        count(&mut self.in_budget_kinds[tier], kind, -1);
-        count(&mut self.in_budget_runs[tier], (kind, noted.run.unwrap_or(0)), -1);
+        self.noted_count[tier] = self.noted_count[tier].saturating_add_signed(delta);
+        count(&mut self.in_budget_runs[tier], (kind, noted.run.unwrap_or(0)), delta);
+        if noted.early {
+            count(&mut self.early_ends[tier], (kind, noted.workers, noted.spot, noted.until), delta);
+        } else {
+            self.in_budget[tier] = self.in_budget[tier].saturating_add_signed(delta);
+            count(&mut self.in_budget_kinds[tier], kind, delta);
+        }
     }
 
-    /// Returns, per kind of the jobs of `tier` known to wait inside their budgets (not `burst_early` ones), its
+    /// Returns how many jobs queued in `tier` are not noted at all (not even as `burst_early` ones).
+    pub(crate) fn unnoted(&self, tier: usize) -> usize {
+        self.tier_len(tier).saturating_sub(self.noted_count[tier])
+    }
+
+    /// Returns, per (kind, workers, spot) of the `burst_early` jobs of `tier` known to wait inside their budgets,
+    /// the earliest end of their budgets.
+    pub(crate) fn early_ends(&self, tier: usize) -> impl Iterator<Item = (u32, u32, bool, Time)> + '_ {
+        let ends = &self.early_ends[tier];
+        let mut from = Some((0u32, 0u32, false, Time::MIN));
+        std::iter::from_fn(move || {
+            let (&(kind, workers, spot, until), _) = ends.range(from?..).next()?;
+            from = match (spot, workers.checked_add(1), kind.checked_add(1)) {
+                (false, _, _) => Some((kind, workers, true, Time::MIN)),
+                (true, Some(w), _) => Some((kind, w, false, Time::MIN)),
+                (true, None, Some(k)) => Some((k, 0, false, Time::MIN)),
+                (true, None, None) => None,
+            };
+            Some((kind, workers, spot, until))
+        })
+    }
+
+    /// Returns, per kind of the jobs of `tier` known to wait inside their budgets (`burst_early` ones too), its
     /// GPUs per worker and the shortest expected run among them (0 where one declared none).
     pub(crate) fn noted_kinds(&self, tier: usize) -> impl Iterator<Item = (u32, Time)> + '_ {
         let runs = &self.in_budget_runs[tier];
@@ -200,6 +224,11 @@ impl Queue {
     /// Returns the GPU model jobs of `kind` (see [`Queue::kind`]) ask for, if any.
     pub(crate) fn kind_model(&self, kind: u32) -> Option<&str> {
         self.kind_list.get(kind as usize).and_then(|(_, m)| m.as_deref())
+    }
+
+    /// Returns the GPUs per worker of jobs of `kind` (see [`Queue::kind`]).
+    pub(crate) fn kind_gpus(&self, kind: u32) -> u32 {
+        self.kind_list.get(kind as usize).map_or(0, |(g, _)| *g)
     }
 
     /// Returns how many jobs queued in `tier` are not noted as waiting inside their budgets (a `burst_early` one

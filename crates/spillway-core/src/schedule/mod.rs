@@ -121,6 +121,8 @@ struct Pass<'a> {
     /// Per tier: whether no job known to wait inside its budget could start or preempt (see `noted_closed`),
     /// until this pass starts a job.
     closed_noted: Vec<Option<bool>>,
+    /// `settles` for the tier it was last asked for, until this pass starts a job or holds nodes back.
+    settles_memo: Option<(usize, (bool, bool))>,
     /// Nodes held for waiting gangs inside their budget, with when the gang could start there: a job may use
     /// one only if it is expected to end by then (backfill, as EASY does).
     shadows: Vec<(NodeId, Time)>,
@@ -252,6 +254,7 @@ impl<'a> Pass<'a> {
             holds: Vec::new(),
             drains: Drains::default(),
             closed_noted: Vec::new(),
+            settles_memo: None,
             shadows: Vec::new(),
             refused_in_budget: false,
             budget_room: false,
@@ -286,6 +289,8 @@ impl<'a> Pass<'a> {
         self.least_gpus = (0..tiers).map(|t| queue.kinds(t).map(|(g, _)| g).min()).collect();
         // Per tier: the jobs not yet walked past that are not known to wait inside their budgets.
         let mut left: Vec<usize> = (0..tiers).map(|t| queue.to_visit(t)).collect();
+        // Per tier: the jobs not yet walked past that are not noted at all (not even as `burst_early` ones).
+        let mut unnoted: Vec<usize> = (0..tiers).map(|t| queue.unnoted(t)).collect();
         let mut cursor = queue.cursor(shares, weights);
         while let Some(id) = cursor.next() {
             self.scanned += 1;
@@ -294,6 +299,9 @@ impl<'a> Pass<'a> {
             let in_budget = noted.is_some_and(|n| !n.early);
             if !in_budget {
                 left[tier] = left[tier].saturating_sub(1);
+            }
+            if noted.is_none() {
+                unnoted[tier] = unnoted[tier].saturating_sub(1);
             }
             if !self.buyers_only && self.stuck >= BLOCKED_CAP_NO_SCALE {
                 self.buyers_only = buyers_beyond(queue, (self.cfg, self.pool_order), &self.grows, tier, false);
@@ -304,7 +312,7 @@ impl<'a> Pass<'a> {
                 return Cut { limit_hit: true, scan, stuck: stuck || self.settled, settled: self.settled };
             }
             if self.remember && !self.settled {
-                let (quiet, settled) = self.settles(c, tier);
+                let (quiet, settled) = self.settles_now(c, tier);
                 self.quiet |= quiet;
                 if settled {
                     self.settled = true;
@@ -316,10 +324,9 @@ impl<'a> Pass<'a> {
                     }
                 }
             }
-            let only_noted = || left[tier..].iter().all(|&n| n == 0);
-            if in_budget && !self.quiet && only_noted() && self.noted_end((c, queue), (tier, &cursor)) {
+            let only_noted = noted.is_some() && !self.quiet && unnoted[tier..].iter().all(|&n| n == 0);
+            if only_noted && let Some(settled) = self.noted_end((c, queue), (tier, &cursor)) {
                 // Only jobs known to wait inside their budgets are left, and none of them could do more.
-                let settled = self.settled_after(c, queue, tier);
                 return Cut { stuck: settled, settled, ..Cut::default() };
             }
             if self.quiet && in_budget {
@@ -567,6 +574,7 @@ impl<'a> Pass<'a> {
         self.fits.bound(c, id, &placement, self.now);
         self.holds.clear();
         self.closed_noted.clear();
+        self.settles_memo = None;
         if placement.iter().any(|&(n, _)| c.nodes[n.0 as usize].market != Market::Fixed) {
             // A job on a cloud node keeps it longer: a job inside its budget that found no room may fit there now.
             self.no_room_by_end.clear();
@@ -722,6 +730,7 @@ impl<'a> Pass<'a> {
         self.reservations += 1;
         let need = Need::of(&c.jobs[id.0 as usize], self.now);
         let held = reserve(c, self.cfg, &self.pool_order[need.tier], &need);
+        self.settles_memo = None;
         if !held.is_empty() {
             self.first_hold.get_or_insert(self.scanned);
         }

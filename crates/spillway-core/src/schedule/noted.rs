@@ -69,17 +69,22 @@ impl Pass<'_> {
     }
 
     /// Returns whether the walk may end at a job known to wait inside its budget in `tier`, where only such jobs
-    /// are left (in this tier and the ones after) and none of them could start or preempt: what it reads of them is
+    /// are left (in this tier and the ones after) and none of them could do more than wait, and if so, whether the
+    /// walk would have settled (`Some(settled)`, see [`Pass::settled_after`]). That needs: what it reads of them is
     /// remembered (not an exhaustive walk); it looks at every job (not only those that may buy); no team has a
     /// quota (a visit would tell one over it so); no job started on a cloud node whose data moves in (see
     /// `late_end`); the scan limit lies beyond them; and in every tier from `tier` on, [`Pass::noted_closed`].
     /// Each of them would be left waiting: it asks its budget's end (the engine wakes for that anyway, see
     /// `Engine::budgets_ended`) and a preemption coming due (nothing to preempt in any pool it may use; a job
     /// that could be one starts in a pass, which looks again), and holds nodes for no job after it.
-    pub(super) fn noted_end(&mut self, (c, queue): (&Cluster, &Queue), (tier, cursor): (usize, &Cursor<'_>)) -> bool {
+    pub(super) fn noted_end(
+        &mut self,
+        (c, queue): (&Cluster, &Queue),
+        (tier, cursor): (usize, &Cursor<'_>),
+    ) -> Option<bool> {
         let ok = self.remember && !self.buyers_only && !self.late_end;
         if !ok || c.teams.iter().any(|t| t.quota_gpus.is_some()) {
-            return false;
+            return None;
         }
         let tiers = self.pool_order.len();
         if self.closed_noted.len() < tiers {
@@ -95,17 +100,27 @@ impl Pass<'_> {
                 }
             };
             if !closed {
-                return false;
+                return None;
             }
         }
         let rest = (tier + 1..tiers).fold(cursor.left_in_tier(), |n, u| n.saturating_add(queue.tier_len(u)));
-        self.scanned.saturating_add(rest) <= self.cfg.policy.scan_limit
+        if self.scanned.saturating_add(rest) > self.cfg.policy.scan_limit {
+            return None;
+        }
+        if (tier..tiers).any(|u| queue.early_ends(u).next().is_some()) {
+            // The walk would look at a `burst_early` job whatever it passed by, so where it would stop is not known:
+            // end here only where no later tier could turn the walk quiet (then it would have run to its end).
+            let last = (tier + 1..tiers).rev().find(|&u| queue.tier_len(u) > 0);
+            return (!last.is_some_and(|u| self.settles(c, u).0)).then_some(false);
+        }
+        Some(self.settled_after(c, queue, tier))
     }
 
-    /// Returns whether no job of `tier` known to wait inside its budget could start or preempt now: in every pool
-    /// the tier may use there is nothing to preempt, and for each kind of them no ready node with room for its
-    /// worker that would admit the shortest of their runs ([`crate::budget_place::may_admit`]).
-    fn noted_closed(&self, c: &Cluster, queue: &Queue, tier: usize) -> bool {
+    /// Returns whether no job of `tier` known to wait inside its budget could do more than wait now: in every pool
+    /// the tier may use there is nothing to preempt; for each kind of them, no ready node with room for its worker
+    /// that would admit the shortest of their runs ([`crate::budget_place::may_admit`]); and owned capacity could
+    /// still take each `burst_early` one before its budget ends (checked for the earliest end of each shape).
+    fn noted_closed(&mut self, c: &Cluster, queue: &Queue, tier: usize) -> bool {
         let order = &self.pool_order[tier];
         let mut kinds = queue.noted_kinds(tier).peekable();
         if kinds.peek().is_none() {
@@ -119,14 +134,32 @@ impl Pass<'_> {
             let end = now.saturating_add(run);
             order.iter().any(|&p| crate::budget_place::may_admit(c, self.cfg, p, g, (end, now)))
         };
-        !kinds.any(admits)
+        if kinds.any(admits) {
+            return false;
+        }
+        let cfg = self.cfg;
+        !queue.early_ends(tier).any(|(kind, workers, spot, until)| {
+            let access = Access { spot, on_demand: true, before: None };
+            let shape = (kind, queue.kind_gpus(kind), workers, queue.kind_model(kind));
+            crate::budget_place::shape_too_late(c, cfg, (order, access, shape), (until, now), &mut self.fits)
+        })
     }
 
     /// Returns whether the walk, ended early by [`Pass::noted_end`] in `tier`, would have settled (see
-    /// `Pass::settles`) at a later tier: capacity does not change past that point, and a later tier is settled
-    /// if the last tier with queued jobs is.
+    /// `Pass::settles`) at a later tier: capacity does not change past that point, so the walk would have stepped
+    /// through the later tiers with queued jobs, settling at the first that settles, and ending at the first that is
+    /// only quiet (where only noted jobs are left, a quiet walk ends).
     pub(super) fn settled_after(&self, c: &Cluster, queue: &Queue, tier: usize) -> bool {
-        let last = (tier + 1..self.pool_order.len()).rev().find(|&u| queue.tier_len(u) > 0);
-        self.settled || last.is_some_and(|u| self.settles(c, u).1)
+        if self.settled {
+            return true;
+        }
+        for u in (tier + 1..self.pool_order.len()).filter(|&u| queue.tier_len(u) > 0) {
+            match self.settles(c, u) {
+                (_, true) => return true,
+                (true, false) => return false,
+                (false, false) => {}
+            }
+        }
+        false
     }
 }

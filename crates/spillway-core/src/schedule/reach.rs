@@ -51,6 +51,19 @@ impl Pass<'_> {
         (quiet, settled)
     }
 
+    /// Returns [`Pass::settles`] for `tier`, asked again only where the tier changed or the pass started a job
+    /// or held nodes back since (nothing else in a walk changes what it reads).
+    pub(super) fn settles_now(&mut self, c: &Cluster, tier: usize) -> (bool, bool) {
+        match self.settles_memo {
+            Some((t, answer)) if t == tier => answer,
+            _ => {
+                let answer = self.settles(c, tier);
+                self.settles_memo = Some((tier, answer));
+                answer
+            }
+        }
+    }
+
     /// Returns the GPUs of running jobs that a job of tier `t` may preempt in pool `p` (0 with preemption off).
     pub(super) fn victim_gpus(&self, c: &Cluster, t: usize, p: usize) -> u32 {
         let tiers = &self.cfg.tiers;

@@ -65,6 +65,9 @@ pub struct SimOptions {
     /// What each restart of an elastic job after its first start costs before it makes progress again (the
     /// group re-forms and reloads its checkpoint).
     pub elastic_restart_ms: Millis,
+    /// For tests: the engine searches afresh for every queued job at every pass, remembering nothing within a pass
+    /// (see `Engine::set_exhaustive_search`); it must decide exactly as it does by default.
+    pub exhaustive: bool,
 }
 
 /// A callback that takes each decision record as the engine makes it, so a long run (`events.jsonl` of a
@@ -105,6 +108,7 @@ impl Default for SimOptions {
             keep_actions: false,
             decisions_to: DecisionSink::default(),
             elastic_restart_ms: 60_000,
+            exhaustive: false,
         }
     }
 }
@@ -251,6 +255,7 @@ impl<'a> Sim<'a> {
         let t0 = cfg.start_ms;
         let mut engine = Engine::new(cfg.clone(), t0);
         engine.set_recording(opts.record);
+        engine.set_exhaustive_search(opts.exhaustive);
         engine.reserve_jobs(jobs.len());
         let span = jobs.iter().map(|j| j.submit_ms + j.duration_ms).max().unwrap_or(0);
         let sample_ms = (span / opts.samples.max(1) as i64).max(60_000);
