@@ -13,7 +13,8 @@ use crate::config::{Config, Market};
 use crate::model::{Job, JobId, Node, NodeId};
 use crate::place::{ReadyGpus, Slot, place};
 use crate::time::{Time, secs};
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 
 /// Returns whether pool `p`'s nodes cost nothing more whoever runs there: owned, or all kept by its minimum.
 pub(crate) fn kept(cfg: &Config, c: &Cluster, p: usize) -> bool {
@@ -232,10 +233,37 @@ pub(crate) struct FitCache {
 }
 
 /// A pool's ready nodes (by id), and the GPUs each job there gives back when it is expected to end ([`expected_end`]):
-/// (when, index of the node, GPUs), in time order.
+/// (when, index of the node, GPUs), in time order as far as asked for (most answers need only the first few), the
+/// rest in a heap.
 struct PoolEnds {
     nodes: Vec<NodeId>,
-    ends: Vec<(Time, usize, u32)>,
+    ends: Vec<End>,
+    rest: BinaryHeap<Reverse<End>>,
+}
+
+/// When a job is expected to end, the index of its node in [`PoolEnds::nodes`], and the GPUs it gives back there.
+type End = (Time, usize, u32);
+
+impl PoolEnds {
+    /// Returns the `k`-th end in time order, if there are that many.
+    fn nth(&mut self, k: usize) -> Option<End> {
+        while self.ends.len() <= k {
+            let Reverse(next) = self.rest.pop()?;
+            self.ends.push(next);
+        }
+        self.ends.get(k).copied()
+    }
+
+    /// Adds an end.
+    fn insert(&mut self, end: End) {
+        if self.ends.last().is_some_and(|last| end <= *last) {
+            // Not after the ends in order so far, so before every one in the heap.
+            let at = self.ends.partition_point(|e| *e < end);
+            self.ends.insert(at, end);
+        } else {
+            self.rest.push(Reverse(end));
+        }
+    }
 }
 
 /// A job shape as [`FitCache`] reads it: its kind (GPUs per worker and GPU model, see [`crate::queue::Queue::kind`]),
@@ -269,7 +297,10 @@ impl FitCache {
         if workers >= w {
             return Some(now);
         }
-        for &(at, i, gpus) in &self.ends_of(c, pool, now).ends {
+        let ends = self.ends_of(c, pool, now);
+        let mut k = 0;
+        while let Some((at, i, gpus)) = ends.nth(k) {
+            k += 1;
             if !fits[i] {
                 continue;
             }
@@ -284,7 +315,7 @@ impl FitCache {
     }
 
     /// Returns pool `pool`'s [`PoolEnds`], worked out when first asked for in a pass.
-    fn ends_of(&mut self, c: &Cluster, pool: usize, now: Time) -> &PoolEnds {
+    fn ends_of(&mut self, c: &Cluster, pool: usize, now: Time) -> &mut PoolEnds {
         if self.ends.len() <= pool {
             self.ends.resize_with(pool + 1, || None);
         }
@@ -300,11 +331,10 @@ impl FitCache {
                     } else {
                         job.placement.iter().filter(|(n, _)| *n == node.id).map(|&(_, g)| g).sum()
                     };
-                    ends.push((expected_end(c, job, now), i, gpus));
+                    ends.push(Reverse((expected_end(c, job, now), i, gpus)));
                 }
             }
-            ends.sort_unstable();
-            PoolEnds { nodes, ends }
+            PoolEnds { nodes, ends: Vec::new(), rest: BinaryHeap::from(ends) }
         })
     }
 
@@ -326,9 +356,7 @@ impl FitCache {
             self.answers.retain(|&(p, ..), _| p != pool);
             let Some(Some(pe)) = self.ends.get_mut(pool) else { continue };
             let Ok(i) = pe.nodes.binary_search(&n) else { continue };
-            let entry = (expected_end(c, job, now), i, g);
-            let at = pe.ends.partition_point(|e| *e < entry);
-            pe.ends.insert(at, entry);
+            pe.insert((expected_end(c, job, now), i, g));
         }
     }
 }

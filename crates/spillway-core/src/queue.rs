@@ -532,8 +532,41 @@ mod tests {
         q.wait_in_budget(JobId(1), Noted { early: true, ..noted(200) });
         assert_eq!((end(&q, 1), q.to_visit(1)), (Some(200), 2));
         assert_eq!(q.kinds_to_visit(1).collect::<Vec<_>>(), vec![(1, None)]);
+        assert_eq!(q.unnoted(1), 1);
         q.leave_budget(JobId(1));
-        assert_eq!((end(&q, 1), q.to_visit(1)), (None, 2));
+        assert_eq!((end(&q, 1), q.to_visit(1), q.unnoted(1)), (None, 2, 2));
+    }
+
+    #[test]
+    fn burst_early_jobs_are_grouped_by_shape_with_their_earliest_budget_end() {
+        let mut q = Queue::new(1);
+        let (one, eight) = (q.kind(1, None), q.kind(8, None));
+        let jobs = [
+            (one, 1, false, 300),
+            (one, 1, false, 100),
+            (one, 1, true, 200),
+            (one, 2, false, 50),
+            (eight, 1, false, 70),
+        ];
+        for (i, &(kind, workers, spot, until)) in jobs.iter().enumerate() {
+            let id = JobId(i as u32);
+            q.register(id, 1, kind);
+            q.push(0, 0, i as Time, id, false);
+            let per_worker = if kind == one { 1 } else { 8 };
+            let run = Some(60_000);
+            let noted = Noted { until, tier: 0, queued_since: 0, run, kind, per_worker, workers, spot, early: true };
+            q.wait_in_budget(id, noted);
+        }
+        let groups: Vec<_> = q.early_ends(0).collect();
+        assert_eq!(groups, vec![(one, 1, false, 100), (one, 1, true, 200), (one, 2, false, 50), (eight, 1, false, 70)]);
+        assert_eq!((q.unnoted(0), q.to_visit(0)), (0, 5));
+        // The earliest end of a group leaves with its job; a moved end moves.
+        q.leave_budget(JobId(1));
+        let moved = Noted { until: 40, ..*q.noted(JobId(3)).expect("noted") };
+        q.wait_in_budget(JobId(3), moved);
+        let groups: Vec<_> = q.early_ends(0).collect();
+        assert_eq!(groups, vec![(one, 1, false, 300), (one, 1, true, 200), (one, 2, false, 40), (eight, 1, false, 70)]);
+        assert_eq!(q.unnoted(0), 1);
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! A pass that remembers decides exactly as one that searches afresh for every queued job, on queues of
 //! thousands: the overload workload against `examples/budgets-queue.toml` (thousands of jobs inside their
 //! waiting budgets at once), with and without `burst_early` (also with short budgets, which owned capacity often
-//! cannot meet), and with durations hidden (budgets sized by each team's run times). The default engine remembers shapes that found no room, jobs known to wait inside their
-//! budgets (passed by, left waiting unread, or the walk ended before them) and where a walk may stop; with
-//! `SimOptions::exhaustive` it visits every job at every pass. The actions (launches, terminations, starts and
-//! stops) and the instants they come at must be the same. `crates/spillway-core/tests/proptest_engine.rs` checks
-//! the same property on random small clusters.
+//! cannot meet), and with durations hidden (budgets sized by each team's run times, or of fixed length). The
+//! default engine remembers shapes that found no room, jobs known to wait inside their budgets (passed by, left
+//! waiting unread, or the walk ended before them) and where a walk may stop; with `SimOptions::exhaustive` it
+//! visits every job at every pass. The actions (launches, terminations, starts and stops) and the instants they
+//! come at must be the same. Decision records are left out: a walk that settles tells the jobs it did not reach
+//! why they wait before the scale-out planner speaks, and an exhaustive walk never settles.
+//! `crates/spillway-core/tests/proptest_engine.rs` checks the same property on random small clusters.
 
 use spillway_core::Action;
 use spillway_core::Config;
@@ -67,6 +69,11 @@ fn remembering_changes_no_action_where_thousands_wait_inside_their_budgets() {
         (t.burst_after_s, t.burst_wait_per_gpu_hour_s) = (900.0, 60.0);
     }
     let jobs = overload(&budgets, 10_000, 1);
+    // Durations hidden, with budgets of fixed length (a budget sized by the team's run times is never noted).
+    let mut fixed = budgets.clone();
+    for t in fixed.tiers.iter_mut().skip(1) {
+        t.burst_wait_per_gpu_hour_s = 0.0;
+    }
     let mut hidden = jobs.clone();
     for j in hidden.iter_mut().filter(|j| j.spec.deadline.is_none()) {
         j.spec.expected_duration_ms = None;
@@ -74,6 +81,7 @@ fn remembering_changes_no_action_where_thousands_wait_inside_their_budgets() {
     let failures: Vec<String> = [
         difference("budgets", &budgets, &jobs),
         difference("budgets, durations hidden", &budgets, &hidden),
+        difference("fixed budgets, durations hidden", &fixed, &hidden),
         difference("budgets, burst_early", &early, &jobs),
         difference("short budgets, burst_early", &early_short, &jobs),
         difference("short budgets, burst_early, seed 3", &early_short, &overload(&budgets, 10_000, 3)),
