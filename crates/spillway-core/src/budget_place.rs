@@ -350,10 +350,11 @@ impl FitCache {
     /// job's expected end to their nodes' ends.
     pub(crate) fn bound(&mut self, c: &Cluster, id: JobId, placement: &[(NodeId, u32)], now: Time) {
         self.bound.extend(placement.iter().map(|&(n, g)| (id, n, g)));
+        let pool_of = |n: NodeId| c.nodes.get(n.0 as usize).map(|n| n.pool);
+        self.answers.retain(|&(p, ..), _| !placement.iter().any(|&(n, _)| pool_of(n) == Some(p)));
         let Some(job) = c.jobs.get(id.0 as usize) else { return };
         for &(n, g) in placement {
-            let Some(pool) = c.nodes.get(n.0 as usize).map(|n| n.pool) else { continue };
-            self.answers.retain(|&(p, ..), _| p != pool);
+            let Some(pool) = pool_of(n) else { continue };
             let Some(Some(pe)) = self.ends.get_mut(pool) else { continue };
             let Ok(i) = pe.nodes.binary_search(&n) else { continue };
             pe.insert((expected_end(c, job, now), i, g));

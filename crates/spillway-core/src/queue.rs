@@ -204,7 +204,7 @@ impl Queue {
         std::iter::from_fn(move || {
             let (&(kind, run), _) = runs.range(from?..).next()?;
             from = kind.checked_add(1).map(|k| (k, Time::MIN));
-            Some((self.kind_list.get(kind as usize).map_or(0, |k| k.0), run))
+            Some((self.kind_gpus(kind), run))
         })
     }
 

@@ -28,7 +28,7 @@ impl Pass<'_> {
         if !self.remember || c.teams[team].quota_gpus.is_some() {
             return false;
         }
-        let access = Access { spot: n.spot, on_demand: true, before: None };
+        let access = noted_access(n.spot);
         if self.buyers_only && !self.may_buy(n.tier, access) {
             // Looking only at jobs that may buy, a visit ends here.
             return true;
@@ -139,9 +139,14 @@ impl Pass<'_> {
         }
         let cfg = self.cfg;
         !queue.early_ends(tier).any(|(kind, workers, spot, until)| {
-            let access = Access { spot, on_demand: true, before: None };
             let shape = (kind, queue.kind_gpus(kind), workers, queue.kind_model(kind));
-            crate::budget_place::shape_too_late(c, cfg, (order, access, shape), (until, now), &mut self.fits)
+            crate::budget_place::shape_too_late(
+                c,
+                cfg,
+                (order, noted_access(spot), shape),
+                (until, now),
+                &mut self.fits,
+            )
         })
     }
 
@@ -162,4 +167,10 @@ impl Pass<'_> {
         }
         false
     }
+}
+
+/// Returns the access of a job known to wait inside its budget (see `reach::noted`): spot where it may run there
+/// (`spot`), and on-demand (such a job has no timer that would hold it on spot).
+fn noted_access(spot: bool) -> Access {
+    Access { spot, on_demand: true, before: None }
 }
