@@ -88,7 +88,7 @@ impl Engine {
         let need = crate::spec_check::gang_gpus(&spec)?;
         let team = self.c.team(&spec.team, None, 1.0);
         if let Some(quota) = self.c.teams[team].quota_gpus.filter(|&q| need > q) {
-            return Err(SubmitError::OverQuota { need, team: spec.team.clone(), quota });
+            return Err(SubmitError::OverQuota { need, team: spec.team.to_string(), quota });
         }
         let id = self.add_job(now, spec, tier, team, JobState::Queued);
         self.queue.register(id, need, self.c.jobs[id.0 as usize].gang.kind);

@@ -43,6 +43,6 @@ pub use config::{Config, ConfigError, GangRoom, Market};
 pub use engine::{EventError, SubmitError, check_new_spec, check_spec};
 pub use event::{Action, BudgetAlert, Decision, DecisionKind, Event, LaunchError, ReturnWhy, StopReason};
 pub use growth::{NotGrown, PoolChange, WhatIf};
-pub use model::{Exit, Hold, Job, JobData, JobId, JobSpec, JobState, Node, NodeId, NodeState, PendingReason};
+pub use model::{Exit, Hold, Job, JobData, JobId, JobSpec, JobState, Label, Node, NodeId, NodeState, PendingReason};
 pub use state::Engine;
 pub use time::Time;

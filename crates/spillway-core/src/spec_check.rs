@@ -107,7 +107,7 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     check_lengths(spec)?;
     let tier = cfg.tier_index(&spec.tier).ok_or_else(|| {
         let names: Vec<_> = cfg.tiers.iter().map(|t| t.name.as_str()).collect();
-        SubmitError::UnknownTier(spec.tier.clone(), names.join(", "))
+        SubmitError::UnknownTier(spec.tier.to_string(), names.join(", "))
     })?;
     if spec.gpus_per_worker == 0 {
         return Err(SubmitError::Zero("gpus"));
@@ -132,13 +132,13 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     }
     let largest = cfg.largest_node_gpus(tier, spec.gpu_model.as_deref());
     if let (0, Some(model)) = (largest, &spec.gpu_model) {
-        return Err(SubmitError::NoSuchModel { model: model.clone(), tier: spec.tier.clone() });
+        return Err(SubmitError::NoSuchModel { model: model.clone(), tier: spec.tier.to_string() });
     }
     if spec.gpus_per_worker > largest {
         return Err(SubmitError::TooLarge {
             gpus: spec.gpus_per_worker,
             model: spec.gpu_model.as_ref().map_or(String::new(), |m| format!(" of model {m}")),
-            tier: spec.tier.clone(),
+            tier: spec.tier.to_string(),
             largest,
         });
     }
@@ -146,7 +146,7 @@ pub fn check_spec(cfg: &Config, spec: &JobSpec) -> Result<usize, SubmitError> {
     check_gang_fits(cfg, tier, spec)?;
     if let Some(quota) = cfg.teams.iter().find(|t| t.name == spec.team).and_then(|t| t.quota_gpus).filter(|&q| need > q)
     {
-        return Err(SubmitError::OverQuota { need, team: spec.team.clone(), quota });
+        return Err(SubmitError::OverQuota { need, team: spec.team.to_string(), quota });
     }
     Ok(tier)
 }

@@ -438,7 +438,7 @@ fn workload(cfg: &Config, case: &Case) -> Vec<(Time, Time, JobSpec)> {
             _ => (None, None),
         };
         let spec = JobSpec {
-            name: format!("j{}", out.len()),
+            name: format!("j{}", out.len()).into(),
             tier: TIERS[d.tier].into(),
             team: team.into(),
             gpus_per_worker: g,

@@ -214,11 +214,11 @@ fn names_longer_than_the_engine_keeps_are_refused_naming_the_field() {
     let mut h = Harness::new(CLUSTER);
     let long = |n: usize| "x".repeat(n);
     let mut s = spec("p1", 1, 1);
-    s.name = long(257);
+    s.name = long(257).into();
     assert_eq!(refusal(&mut h, s).to_string(), "name: 257 bytes is too long (at most 256)");
     // Checked before the tier is looked up, so the refusal does not echo a huge unknown name.
     let mut s = spec("p1", 1, 1);
-    s.tier = long(1 << 20);
+    s.tier = long(1 << 20).into();
     let err = refusal(&mut h, s);
     assert_eq!(err.to_string(), "tier: 1048576 bytes is too long (at most 128)");
     assert_eq!(refusal(&mut h, spec_of("p1", &long(129), 1, 1)).field(), "team");
@@ -226,7 +226,7 @@ fn names_longer_than_the_engine_keeps_are_refused_naming_the_field() {
     s.gpu_model = Some(long(129));
     assert_eq!(refusal(&mut h, s).field(), "gpu_model");
     let mut s = spec_of("p1", &long(128), 1, 1);
-    s.name = long(256);
+    s.name = long(256).into();
     h.submit(s);
 }
 

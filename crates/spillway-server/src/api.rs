@@ -334,9 +334,9 @@ fn spec_of(req: &JobSubmit, team: String, now: Time) -> ApiResult<JobSpec> {
         (a, b) => a.or(b).unwrap_or(1),
     };
     Ok(JobSpec {
-        name: req.name.clone().unwrap_or_else(|| "job".into()),
-        tier: req.tier.clone(),
-        team,
+        name: req.name.as_deref().unwrap_or("job").into(),
+        tier: req.tier.as_str().into(),
+        team: team.into(),
         gpus_per_worker: req.gpus,
         workers,
         min_workers: req.min_workers,

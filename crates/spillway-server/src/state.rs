@@ -280,7 +280,7 @@ impl State {
     fn apply_entry(&mut self, now: Time, entry: Entry) -> Result<Option<JobId>, ApplyError> {
         let result = match entry {
             Entry::Submit { spec, command } => {
-                let team = spec.team.clone();
+                let team = spec.team.to_string();
                 let id = match self.engine.submit(now, spec.clone()) {
                     Ok(id) => Ok(id),
                     Err(e) => {

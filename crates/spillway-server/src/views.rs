@@ -130,7 +130,7 @@ pub fn job(st: &State, j: &Job, now: Time) -> JobView {
     let attempts = st.attempts.views(j.id, now.max(st.engine.now()), price);
     JobView {
         id: j.id.0,
-        name: j.spec.name.clone(),
+        name: j.spec.name.to_string(),
         tier: st.engine.config().tiers[j.tier].name.clone(),
         team: c.teams.get(j.team).map_or_else(String::new, |t| t.name.clone()),
         state: job_state(j.state).into(),

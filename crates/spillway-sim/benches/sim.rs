@@ -115,9 +115,9 @@ max_nodes = 100
     e.set_recording(false);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
     let spec = |i: usize, tier: &str, gpus: u32| JobSpec {
-        name: format!("j{i}"),
+        name: format!("j{i}").into(),
         tier: tier.into(),
-        team: format!("team{}", i % 8),
+        team: format!("team{}", i % 8).into(),
         gpus_per_worker: gpus,
         workers: 1,
         min_workers: None,

@@ -68,9 +68,9 @@ fn trace_column(e: &SubmitError) -> &'static str {
 /// Returns the engine spec of a trace job; `t0` is the instant second 0 of the trace maps to.
 fn spec_of(j: &TraceJob, t0: i64) -> JobSpec {
     JobSpec {
-        name: j.name.clone(),
-        tier: j.tier.clone().unwrap_or_else(|| "p1".into()),
-        team: j.team.clone().unwrap_or_else(|| "default".into()),
+        name: j.name.as_str().into(),
+        tier: j.tier.as_deref().unwrap_or("p1").into(),
+        team: j.team.as_deref().unwrap_or("default").into(),
         gpus_per_worker: j.gpus,
         workers: j.workers,
         min_workers: j.min_workers,

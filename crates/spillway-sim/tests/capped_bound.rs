@@ -50,7 +50,7 @@ fn config() -> Config {
 
 fn job(i: usize, (tier, gpus, workers, minutes, submit_min): (usize, u32, u32, u32, u32)) -> SimJob {
     let spec = JobSpec {
-        name: format!("j{i}"),
+        name: format!("j{i}").into(),
         tier: ["p0", "p1", "p2"][tier].into(),
         team: "default".into(),
         gpus_per_worker: gpus,

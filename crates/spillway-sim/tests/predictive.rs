@@ -20,7 +20,7 @@ fn daily_peaks() -> Vec<SimJob> {
                 submit_ms: secs(day as f64 * 86_400.0 + 9.0 * 3600.0),
                 duration_ms: secs(3.0 * 3600.0),
                 spec: JobSpec {
-                    name: format!("d{day}-{i}"),
+                    name: format!("d{day}-{i}").into(),
                     tier: "p0".into(),
                     team: "default".into(),
                     gpus_per_worker: 8,

@@ -239,7 +239,7 @@ fn a_trace_deadline_counts_from_the_trace_start() {
     let filler: Vec<SimJob> = (0..4)
         .map(|i| {
             let mut j = jobs[0].clone();
-            j.spec.name = format!("filler-{i}");
+            j.spec.name = format!("filler-{i}").into();
             j.spec.tier = "p0".into();
             j.spec.deadline = None;
             j

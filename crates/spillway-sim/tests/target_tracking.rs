@@ -18,7 +18,7 @@ fn ramp() -> Vec<SimJob> {
             submit_ms: secs(1800.0 * i as f64),
             duration_ms: secs(48.0 * 3600.0),
             spec: JobSpec {
-                name: format!("train-{i}"),
+                name: format!("train-{i}").into(),
                 tier: "p0".into(),
                 team: "default".into(),
                 gpus_per_worker: 8,

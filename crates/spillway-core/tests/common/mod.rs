@@ -232,7 +232,7 @@ pub fn spec(tier: &str, gpus: u32, workers: u32) -> JobSpec {
 
 pub fn spec_of(tier: &str, team: &str, gpus: u32, workers: u32) -> JobSpec {
     JobSpec {
-        name: format!("{tier}-{gpus}x{workers}"),
+        name: format!("{tier}-{gpus}x{workers}").into(),
         tier: tier.into(),
         team: team.into(),
         gpus_per_worker: gpus,

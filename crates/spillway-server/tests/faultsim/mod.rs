@@ -238,7 +238,7 @@ impl World {
         let gpus = self.rng.random_range(1..=4);
         let run_ms = self.rng.random_range(2_000..20_000);
         let spec = JobSpec {
-            name: format!("job-{n}-{}", self.rng.random::<u32>()),
+            name: format!("job-{n}-{}", self.rng.random::<u32>()).into(),
             tier: tier.into(),
             team: "research".into(),
             gpus_per_worker: gpus,
@@ -253,7 +253,7 @@ impl World {
             data_region: None,
         };
         let Some(st) = self.daemon.as_mut() else { return };
-        let name = spec.name.clone();
+        let name = spec.name.to_string();
         let command = JobCommand { argv: vec!["train".into()], ..Default::default() };
         match st.apply(self.now, Entry::Submit { spec, command }) {
             Ok(Some(id)) => {
