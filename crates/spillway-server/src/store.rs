@@ -291,8 +291,16 @@ mod tests {
             checkpoint_gb: None,
             data_region: None,
         };
+        let command = || JobCommand { argv: vec!["true".into()], ..Default::default() };
+        // Labels past 24 bytes live out of line (`Label`): they must round-trip as the short ones do.
+        let long = JobSpec {
+            name: "a-name-well-past-twenty-four-bytes-é-🚀".repeat(6).into(),
+            team: "team-ü-".repeat(5).into(),
+            ..spec.clone()
+        };
         let entries = vec![
-            (5, Entry::Submit { spec, command: JobCommand { argv: vec!["true".into()], ..Default::default() } }),
+            (5, Entry::Submit { spec, command: command() }),
+            (6, Entry::Submit { spec: long, command: command() }),
             (7, Entry::Event(Event::CancelJob { job: JobId(0) })),
             (9, Entry::Wake),
             (9, Entry::NodeToken { node: 2, hash: "ab".into() }),
@@ -302,11 +310,11 @@ mod tests {
             for (t, e) in &entries {
                 s.append(*t, e).unwrap();
             }
-            assert_eq!(s.last_seq(), 4);
+            assert_eq!(s.last_seq(), 5);
             s.set_meta("k", "v").unwrap();
         }
         let s = Store::open(&path).unwrap();
-        assert_eq!(s.last_seq(), 4);
+        assert_eq!(s.last_seq(), 5);
         let log: Vec<(i64, Entry)> = s.load_log().unwrap().into_iter().map(|(_, t, e)| (t, e)).collect();
         assert_eq!(log, entries);
         assert_eq!(s.meta("k").unwrap().as_deref(), Some("v"));
