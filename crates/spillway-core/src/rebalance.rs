@@ -40,7 +40,7 @@ impl Engine {
         if !spot_tier.contains(&true) {
             return (moves, shadow, watching);
         }
-        for (p, pool) in self.cfg.pools.iter().enumerate() {
+        'pools: for (p, pool) in self.cfg.pools.iter().enumerate() {
             if pool.market != Market::OnDemand {
                 continue;
             }
@@ -71,6 +71,11 @@ impl Engine {
                     // Spot can take it now or after a cooldown or backoff (`None`: only an event changes that),
                     // or a spot node that fits is ready.
                     let launchable = launchable.get_or_insert_with(|| self.spot_launchable());
+                    if launchable.iter().all(Vec::is_empty) && self.no_spot_room() {
+                        // No spot pool could launch, now or later, and none has a free GPU: no job here can move
+                        // or ask for spot, and the rest of the loop would find that job by job.
+                        break 'pools;
+                    }
                     let take_at = self.spot_take_at(id, launchable);
                     let ready = self.spot_node_ready_for(id);
                     if take_at.is_none() && !ready {
@@ -163,6 +168,12 @@ impl Engine {
         order.iter().copied().filter(move |&p| {
             self.cfg.pools[p].market == Market::Spot && crate::access::deadline_allows(&self.cfg, order, j, p, self.now)
         })
+    }
+
+    /// Returns whether no ready node of any spot pool has a free GPU.
+    fn no_spot_room(&self) -> bool {
+        let spot = |p: &usize| self.cfg.pools[*p].market == Market::Spot;
+        (0..self.cfg.pools.len()).filter(spot).all(|p| self.c.free.get(p).is_none_or(|f| f.is_empty()))
     }
 
     /// Returns whether a ready spot node the job may use has room for every worker of it.
