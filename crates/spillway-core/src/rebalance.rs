@@ -20,6 +20,10 @@ const AFTER_CHECKPOINT_MS: Millis = 300_000;
 /// A job moves only if it has at least this much work left (when it declared its duration).
 const MIN_REMAINING_MS: Millis = 3_600_000;
 
+/// Per pool, the instance types a spot pool could launch and the earliest instant each could (see
+/// [`Engine::spot_launchable`]).
+type Launchable = Vec<Vec<(usize, Time)>>;
+
 impl Engine {
     /// Returns (jobs moved now, jobs that want spot capacity bought for them, whether a job may move: then a
     /// launch or removal of nodes later in the pass, which changes what spot can take, calls for another pass).
@@ -31,8 +35,9 @@ impl Engine {
         let now = self.now;
         let (mut moves, mut shadow): (Vec<JobId>, Vec<JobId>) = (Vec::new(), Vec::new());
         let mut watching = false;
-        // Per spot pool, what it could launch: built once per pass, when a job first needs it.
-        let mut launchable: Option<Vec<Vec<(usize, Time)>>> = None;
+        // Per spot pool, what it could launch, and whether no spot pool could launch or has room: built once per
+        // pass, when a job first needs it.
+        let mut launchable: Option<(Launchable, bool)> = None;
         // Per tier: whether it may use a spot pool (a job of a tier without one never moves, and nothing here
         // needs a wake-up for it).
         let spot_tier: Vec<bool> =
@@ -70,8 +75,12 @@ impl Engine {
                     watching = true;
                     // Spot can take it now or after a cooldown or backoff (`None`: only an event changes that),
                     // or a spot node that fits is ready.
-                    let launchable = launchable.get_or_insert_with(|| self.spot_launchable());
-                    if launchable.iter().all(Vec::is_empty) && self.no_spot_room() {
+                    let (launchable, none_take) = launchable.get_or_insert_with(|| {
+                        let launchable = self.spot_launchable();
+                        let none = launchable.iter().all(Vec::is_empty) && self.no_spot_room();
+                        (launchable, none)
+                    });
+                    if *none_take {
                         // No spot pool could launch, now or later, and none has a free GPU: no job here can move
                         // or ask for spot, and the rest of the loop would find that job by job.
                         break 'pools;
@@ -170,7 +179,7 @@ impl Engine {
         })
     }
 
-    /// Returns whether no ready node of any spot pool has a free GPU.
+    /// Returns whether no ready node of any spot pool has a free GPU (the free index of every spot pool is empty).
     fn no_spot_room(&self) -> bool {
         let spot = |p: &usize| self.cfg.pools[*p].market == Market::Spot;
         (0..self.cfg.pools.len()).filter(spot).all(|p| self.c.free.get(p).is_none_or(|f| f.is_empty()))
@@ -193,7 +202,7 @@ impl Engine {
     /// Returns, per pool, the instance types a spot pool below its max could launch if nothing happens meanwhile,
     /// each with the earliest instant from now it could (past the pool's scale-out cooldown and the type's
     /// backoff; see [`Engine::pick_instance_type`]); empty for other pools. Schedule windows are evaluated once.
-    fn spot_launchable(&self) -> Vec<Vec<(usize, Time)>> {
+    fn spot_launchable(&self) -> Launchable {
         let now = self.now;
         (0..self.cfg.pools.len())
             .map(|p| {

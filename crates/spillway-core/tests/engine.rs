@@ -405,6 +405,34 @@ fn a_job_moved_back_to_spot_does_not_bounce_between_markets() {
     assert_eq!(markets.last(), Some(&Market::Spot), "attempts ran on {markets:?}");
 }
 
+#[test]
+fn a_job_on_on_demand_moves_back_to_a_spot_pool_at_its_max_once_a_job_there_ends() {
+    // The spot pool is at its max and full: no job can move (and the engine stops looking early), until the job on
+    // the spot node ends and leaves room there.
+    let cfg = format!(
+        "{G8}{}{}{}",
+        fixed(1, 1),
+        cloud("od", "on_demand", "max_nodes = 2\nmin_nodes = 1"),
+        cloud("spot", "spot", "max_nodes = 1\nmin_nodes = 1")
+    );
+    let mut h = Harness::new(&cfg);
+    h.run_world(300.0, 240.0);
+    let on_spot = h.submit(spec("p1", 8, 1));
+    h.runs_for(on_spot, 2.0 * 3600.0);
+    let a = h.run_world(360.0, 240.0);
+    assert_eq!(started(&a, on_spot).map(|p| h.node(p[0].0).market), Some(Market::Spot), "the warm spot node takes it");
+    let job = h.submit(spec("p1", 8, 1));
+    h.runs_for(job, 86_400.0);
+    let a = h.run_world(7000.0, 240.0);
+    assert_eq!(started(&a, job).map(|p| h.node(p[0].0).market), Some(Market::OnDemand), "spot is full and at its max");
+    assert!(!stops(&a).iter().any(|s| s.2 == StopReason::Migrated), "it moved while spot had no room");
+    let a = h.run_world(6.0 * 3600.0, 240.0);
+    let moves = stops(&a).iter().filter(|s| s.0 == job && s.2 == StopReason::Migrated).count();
+    assert_eq!(moves, 1, "it should move back once, when the spot job's end leaves room (next wake {:?})", h.wake());
+    let markets: Vec<Market> = starts(&a).iter().map(|(_, _, p)| h.node(p[0].0).market).collect();
+    assert_eq!(markets.last(), Some(&Market::Spot), "attempts ran on {markets:?}");
+}
+
 // ---- Preemption ----
 
 #[test]
