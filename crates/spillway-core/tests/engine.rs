@@ -347,11 +347,16 @@ fn a_pools_minimum_of_small_nodes_makes_room_for_a_gang_of_large_ones() {
 
 /// A fixed node too small for the tests' jobs, a warm on-demand node (min 1) and an empty spot pool.
 fn return_to_spot_cfg() -> String {
+    return_to_spot_cfg_with("max_nodes = 2")
+}
+
+/// [`return_to_spot_cfg`] with the spot pool's own settings.
+fn return_to_spot_cfg_with(spot: &str) -> String {
     format!(
         "{G8}{}{}{}",
         fixed(1, 1),
         cloud("od", "on_demand", "max_nodes = 2\nmin_nodes = 1"),
-        cloud("spot", "spot", "max_nodes = 2")
+        cloud("spot", "spot", spot)
     )
 }
 
@@ -409,13 +414,7 @@ fn a_job_moved_back_to_spot_does_not_bounce_between_markets() {
 fn a_job_on_on_demand_moves_back_to_a_spot_pool_at_its_max_once_a_job_there_ends() {
     // The spot pool is at its max and full: no job can move (and the engine stops looking early), until the job on
     // the spot node ends and leaves room there.
-    let cfg = format!(
-        "{G8}{}{}{}",
-        fixed(1, 1),
-        cloud("od", "on_demand", "max_nodes = 2\nmin_nodes = 1"),
-        cloud("spot", "spot", "max_nodes = 1\nmin_nodes = 1")
-    );
-    let mut h = Harness::new(&cfg);
+    let mut h = Harness::new(&return_to_spot_cfg_with("max_nodes = 1\nmin_nodes = 1"));
     h.run_world(300.0, 240.0);
     let on_spot = h.submit(spec("p1", 8, 1));
     h.runs_for(on_spot, 2.0 * 3600.0);
