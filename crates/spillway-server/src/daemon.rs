@@ -138,6 +138,11 @@ impl Shared {
                 let suffix = new_token().map_err(|e| StartError::Config(format!("no randomness: {e}")))?;
                 let id = format!("{}-{}", cfg.cluster.name, &suffix[..8]);
                 store.set_meta("cluster_id", &id)?;
+                // The marker comes before the tokens: a directory with tokens and a store always has one (a start
+                // that stopped in between would otherwise be refused as a store whose length cannot be checked).
+                data_dir
+                    .write_marker(&Marker { cluster_id: id.clone(), log_seq: store.last_seq() })
+                    .map_err(|e| StartError::Config(format!("writing {}/store.json: {e}", opts.data_dir.display())))?;
                 id
             }
         };

@@ -186,10 +186,16 @@ impl DataDir {
         self.path.join("spillway.db")
     }
 
-    /// Returns the marker, if the directory has one.
-    pub fn marker(&self) -> Option<Marker> {
-        let text = std::fs::read_to_string(self.path.join("store.json")).ok()?;
-        serde_json::from_str(&text).ok()
+    /// Returns the marker: `None` where the directory has none, an error naming why where `store.json` is there
+    /// but cannot be read (it is written whole, by a rename, so a crash leaves the old one, never a torn one).
+    pub fn marker(&self) -> Result<Option<Marker>, String> {
+        let path = self.path.join("store.json");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{} cannot be read: {e}", path.display())),
+        };
+        serde_json::from_str(&text).map(Some).map_err(|e| format!("{} is not a store marker: {e}", path.display()))
     }
 
     /// Records how long the log is now.
@@ -219,15 +225,22 @@ impl DataDir {
     }
 
     /// Checks a store against what the directory remembers: a store without a cluster id in a used directory, one
-    /// of another cluster, or one with fewer log entries than it had, is a lost store.
+    /// of another cluster, or one with fewer log entries than it had, is a lost store; so is one whose length
+    /// cannot be checked (`store.json` unreadable, or gone from a directory used before), since a store that lost
+    /// its WAL would then start silently without the submissions it had acknowledged.
     pub fn check_store(&self, cluster_id: Option<&str>, last_seq: i64) -> Result<(), DataDirError> {
         let lost = |what: String| DataDirError::LostStore {
             dir: self.path.display().to_string(),
             db: self.db_path().display().to_string(),
             what,
         };
-        let marker = self.marker();
+        let marker = self.marker().map_err(|e| lost(format!("{e}, so the log's length cannot be checked")))?;
         match (cluster_id, marker) {
+            (Some(_), None) if self.used_before() => Err(lost(
+                "store.json, which records how long the log was, is missing from a directory used before, so the \
+                 log's length cannot be checked"
+                    .into(),
+            )),
             (None, _) if self.used_before() => {
                 Err(lost("the store is empty or new, but the directory was used before".into()))
             }
@@ -323,6 +336,14 @@ mod tests {
         assert!(dd.check_store(Some("c"), 9).is_err(), "fewer entries than before");
         assert!(dd.check_store(None, 0).is_err(), "an empty store in a used directory");
         assert!(dd.check_store(Some("other"), 10).is_err());
+        // A marker that cannot be read, or one gone from a used directory, proves nothing about the log's length.
+        std::fs::write(d.join("store.json"), "garbage").unwrap();
+        let err = dd.check_store(Some("c"), 10).unwrap_err().to_string();
+        assert!(err.contains("store.json is not a store marker") && err.contains("--reinit"), "{err}");
+        std::fs::remove_file(d.join("store.json")).unwrap();
+        write_private(&d.join("tokens.json"), b"{}").unwrap();
+        let err = dd.check_store(Some("c"), 10).unwrap_err().to_string();
+        assert!(err.contains("store.json") && err.contains("missing"), "{err}");
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -54,6 +54,10 @@ pub enum DemandError {
     TooShort { file: String, rows: usize },
 }
 
+/// The largest magnitude a series value may have: the columns count GPUs, jobs or a utilization, and far larger
+/// values only overflow what is computed from them (a squared error of 1.7e308 is infinite).
+pub const MAX_VALUE: f64 = 1e9;
+
 /// Reads `column` of the demand file at `path`. Returns the series, or the first error (file, line, column).
 pub fn load(path: &Path, column: &str) -> Result<Series, DemandError> {
     let file = path.display().to_string();
@@ -99,6 +103,9 @@ pub fn parse_str(file: &str, text: &str, column: &str) -> Result<Series, DemandE
                 .filter(|v| v.is_finite())
                 .ok_or_else(|| row_error(column, format!("`{s}` is not a finite number")))?,
         };
+        if value.abs() > MAX_VALUE {
+            return Err(row_error(column, format!("{value:e} is beyond ±1e9, more than any cluster counts")));
+        }
         match prev {
             None => series.start = t,
             Some(p) => {
@@ -181,6 +188,13 @@ mod tests {
         assert_eq!((s.start, s.step_ms, s.values.as_slice()), (1_588_291_200_000, 60_000, &[162.0, 163.0, 170.5][..]));
         assert_eq!(format_time(s.time_at(2)), "2020-05-01 00:02:00");
         assert_eq!(parse_str("d.csv", &text, "pending_gpu_num").unwrap().values, vec![0.0, 8.0, 0.0]);
+    }
+
+    #[test]
+    fn a_value_past_any_cluster_is_refused() {
+        let text = csv(&["2020-05-01 00:00:00,1,0,8", "2020-05-01 00:01:00,1.7e308,0,8"]);
+        let e = parse_str("d.csv", &text, "running_gpu_num").unwrap_err().to_string();
+        assert!(e.starts_with("d.csv:3: column `running_gpu_num`: ") && e.contains("beyond"), "{e}");
     }
 
     #[test]

@@ -31,11 +31,28 @@ pub fn speed(f: f64, width: u32, most: u32) -> f64 {
     if width >= most { 1.0 } else { up(width) / up(most) }
 }
 
+/// The latest submission or deadline a trace may name, in seconds from its start: 100 years (a trace in Unix
+/// seconds fits). Later ones are refused: the run would last until then (one row at 1e13 s made a 259 MB event
+/// log), and far later ones overflow the engine's clock.
+pub const MAX_TRACE_S: f64 = 100.0 * 365.0 * 86_400.0;
+
 /// Returns the trace's jobs as engine specs sorted by submission (stable, so file order breaks ties), or the
 /// first job the config cannot run.
 pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceError> {
     let mut out = Vec::with_capacity(trace.jobs.len());
     for j in &trace.jobs {
+        let late = |column: &str, s: f64| TraceError::Row {
+            file: trace.source.clone(),
+            line: j.line,
+            column: column.into(),
+            message: format!("{s:e} s is more than 100 years after the trace's start"),
+        };
+        if j.submit_s.is_nan() || j.submit_s > MAX_TRACE_S {
+            return Err(late("submit_s", j.submit_s));
+        }
+        if let Some(d) = j.deadline_s.filter(|&d| d.is_nan() || d > MAX_TRACE_S) {
+            return Err(late("deadline_s", d));
+        }
         let spec = spec_of(j, cfg.start_ms);
         if let Err(e) = check_new_spec(cfg, &spec) {
             let column = trace_column(&e);
@@ -148,6 +165,19 @@ mod tests {
             assert_eq!(x.spec.is_elastic(), x.spec.workers > 1 && x.spec.gpus_per_worker == 1 && y.spec.workers > 1);
             assert!(!y.spec.is_elastic());
         }
+    }
+
+    #[test]
+    fn a_submission_or_deadline_past_a_century_is_refused_naming_its_row() {
+        let cfg = Config::parse("c.toml", include_str!("../../../examples/hybrid.toml")).unwrap();
+        let h = "job_id,submit_s,duration_s,gpus,tier,deadline_s";
+        for (row, column) in [("a,1e16,60,1,p1,", "submit_s"), ("a,0,60,1,p1,1e300", "deadline_s")] {
+            let t = crate::trace::native::parse_str("t.csv", &format!("{h}\nb,0,60,1,p1,\n{row}\n")).unwrap();
+            let e = to_sim_jobs(&t, &cfg).unwrap_err().to_string();
+            assert!(e.starts_with("t.csv:3: column `") && e.contains(column) && e.contains("100 years"), "{e}");
+        }
+        let t = crate::trace::native::parse_str("t.csv", &format!("{h}\na,3e9,60,1,p1,3.1e9\n")).unwrap();
+        assert_eq!(to_sim_jobs(&t, &cfg).unwrap()[0].submit_ms, 3_000_000_000_000);
     }
 
     #[test]

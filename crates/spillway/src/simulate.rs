@@ -27,8 +27,8 @@ pub struct Args {
     /// Synthetic workload when no trace is given (bursty: a seeded week of mixed-tier bursts).
     #[arg(long, default_value = "bursty", value_parser = ["bursty"])]
     workload: String,
-    /// Jobs of the synthetic workload.
-    #[arg(long, default_value_t = 2000)]
+    /// Jobs of the synthetic workload (at most 10,000,000).
+    #[arg(long, default_value_t = 2000, value_parser = parse_jobs)]
     jobs: usize,
     /// Days of the synthetic workload.
     #[arg(long, default_value_t = 7.0, value_parser = parse_days)]
@@ -224,6 +224,17 @@ pub fn run(args: Args) -> Result<()> {
         .iter()
         .map(|a| spillway_sim::spot::resolve(&cfg, a, polarity))
         .collect::<Result<Vec<_>, _>>()?;
+    for (i, t) in spot_traces.iter().enumerate() {
+        // Two traces of one offering would be merged by their order on the command line, not by anything in them.
+        if spot_traces[..i].iter().any(|u| u.pool == t.pool && u.instance_type == t.instance_type) {
+            anyhow::bail!(
+                "--spot-trace {}: {}:{} already has a spot trace",
+                args.spot_trace[i],
+                t.pool,
+                t.instance_type
+            );
+        }
+    }
     let spot_prices = spot_prices(&cfg, &args, &spot_traces)?;
     // Decisions go to events.jsonl as they are made: a long trace's records are never all held in memory.
     // They go to `events.jsonl.partial`, renamed when the run has ended and every other output is written; the
@@ -335,6 +346,14 @@ fn sweep_tiers(cfg: &Config, args: &Args) -> Result<Option<Vec<String>>> {
     asked.sort_unstable();
     asked.dedup();
     Ok(Some(asked.into_iter().map(|i| cfg.tiers[i].name.clone()).collect()))
+}
+
+/// Parses `--jobs`: 1 to 10,000,000 jobs (a replay holds every job in memory; ten million take a few GB).
+fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=10_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is not a number of jobs from 1 to 10000000")),
+    }
 }
 
 /// Parses `--days`: a number of days above 0 and at most ten years (the generator has no meaning for others).

@@ -203,6 +203,15 @@ fn a_store_that_lost_data_is_refused_unless_reinit() {
     let _ = std::fs::remove_file(d.dir.join("spillway.db-wal"));
     let err = refused(&d, &[]);
     assert!(err.contains("refusing to start"), "{err}");
+    // Nor does a store.json that cannot be read, or none at all, let that shorter log through.
+    std::fs::write(d.dir.join("store.json"), b"garbage").unwrap();
+    let err = refused(&d, &[]);
+    assert!(err.contains("refusing to start") && err.contains("store.json is not a store marker"), "{err}");
+    // (Here the WAL held the store's cluster id too, so it is refused as empty; a unit test of `check_store`
+    // covers a missing marker beside a store that has one.)
+    std::fs::remove_file(d.dir.join("store.json")).unwrap();
+    let err = refused(&d, &[]);
+    assert!(err.contains("refusing to start"), "{err}");
 }
 
 #[test]

@@ -493,8 +493,19 @@ fn check_pool_numbers(cx: &Ctx, i: usize, p: &super::Pool) -> Result<(), ConfigE
             return Err(cx.err("pools", Some(i), key, format!("must be a finite number >= 0, got {v}")));
         }
     }
+    let fixed: u64 = p.nodes.iter().map(|n| u64::from(n.count)).sum();
+    for (key, n) in [("nodes", fixed), ("max_nodes", u64::from(p.max_nodes))] {
+        if n > MAX_POOL_NODES {
+            let msg = format!("{n} nodes is more than a pool may have ({MAX_POOL_NODES})");
+            return Err(cx.err("pools", Some(i), key, msg));
+        }
+    }
     Ok(())
 }
+
+/// The most nodes one pool may list or grow to: far past any cluster, and few enough that a run's node table (a
+/// simulation starts every fixed node and a cloud pool's minimum at once) fits in memory.
+pub const MAX_POOL_NODES: u64 = 1_000_000;
 
 fn check_schedules(cx: &Ctx, raw: &RawConfig) -> Result<(), ConfigError> {
     for (i, s) in raw.schedules.iter().enumerate() {

@@ -14,6 +14,10 @@ use std::path::Path;
 
 /// The largest job the replay makes; larger steps are split.
 pub const MAX_JOB_GPUS: u32 = 8;
+/// The most GPUs one minute may ask for (a value far past any cluster is refused, not replayed as jobs).
+pub const MAX_DEMAND_GPUS: f64 = 1_000_000.0;
+/// The most jobs a series may replay as (a replay holds every job in memory; `simulate --jobs` has the same cap).
+pub const MAX_REPLAY_JOBS: u64 = 10_000_000;
 
 /// Reads a Helios demand file and returns its demand as jobs (see the module doc).
 pub fn load(path: &Path) -> Result<Trace, TraceError> {
@@ -28,12 +32,12 @@ pub fn from_series(running: &Series, pending: &Series) -> Result<Trace, TraceErr
     let mut demand = Vec::with_capacity(running.values.len());
     for (i, (&r, &p)) in running.values.iter().zip(&pending.values).enumerate() {
         for (column, v) in [("running_gpu_num", r), ("pending_gpu_num", p)] {
-            if v < 0.0 || v.fract() != 0.0 {
+            if v < 0.0 || v.fract() != 0.0 || v > MAX_DEMAND_GPUS {
                 return Err(TraceError::Row {
                     file: running.source.clone(),
                     line: i + 2,
                     column: column.into(),
-                    message: format!("{v} is not a whole, non-negative GPU count"),
+                    message: format!("{v} is not a whole GPU count from 0 to {MAX_DEMAND_GPUS}"),
                 });
             }
         }
@@ -62,6 +66,15 @@ pub fn from_series(running: &Series, pending: &Series) -> Result<Trace, TraceErr
     }
     // Submit order, then end order, so names are stable.
     ended.sort_unstable();
+    let total: u64 = ended.iter().map(|e| e.2.div_ceil(u64::from(MAX_JOB_GPUS))).sum();
+    if total > MAX_REPLAY_JOBS {
+        return Err(TraceError::Row {
+            file: running.source.clone(),
+            line: 1,
+            column: "running_gpu_num".into(),
+            message: format!("the series replays as {total} jobs, more than {MAX_REPLAY_JOBS}"),
+        });
+    }
     let mut jobs = Vec::new();
     for (start, end, gpus) in ended {
         let mut left = gpus;
@@ -155,5 +168,16 @@ mod tests {
         assert!(e.contains("t.csv:3") && e.contains("running_gpu_num"), "{e}");
         let e = from_series(&series(&[1.0, 2.0]), &series(&[0.5, 0.0])).unwrap_err().to_string();
         assert!(e.contains("t.csv:2") && e.contains("pending_gpu_num"), "{e}");
+    }
+
+    #[test]
+    fn demand_past_any_cluster_is_refused_before_it_becomes_jobs() {
+        // One minute of 4,294,967,296 GPUs would have made half a billion jobs.
+        let e = from_series(&series(&[1.0, 4294967296.0, 0.0]), &series(&[0.0; 3])).unwrap_err().to_string();
+        assert!(e.contains("t.csv:3") && e.contains("from 0 to 1000000"), "{e}");
+        // Within the per-minute cap, a series that swings often enough is refused as a whole.
+        let swings: Vec<f64> = (0..200).map(|i| if i % 2 == 0 { 0.0 } else { 1_000_000.0 }).collect();
+        let e = from_series(&series(&swings), &series(&[0.0; 200])).unwrap_err().to_string();
+        assert!(e.contains("12500000 jobs, more than 10000000"), "{e}");
     }
 }
