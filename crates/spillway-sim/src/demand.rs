@@ -45,13 +45,21 @@ pub enum DemandError {
     #[error("{file}:{line}: column `{column}`: {message}")]
     Row { file: String, line: usize, column: String, message: String },
     /// Two consecutive rows are not one step apart (a gap, a repeat, or time going backwards).
-    #[error(
-        "{file}:{line}: column `time`: {time} follows {previous} after {step_s} s; the series' step is {expected_s} s"
-    )]
+    #[error("{file}:{line}: column `time`: {time} follows {previous} after {step_s} s; {}", step_rule(*.expected_s))]
     Gap { file: String, line: usize, previous: String, time: String, step_s: f64, expected_s: f64 },
     /// Fewer than two rows: no step to check against.
     #[error("{file}: {rows} data row(s); a series needs at least 2 to have a step")]
     TooShort { file: String, rows: usize },
+}
+
+/// Returns what a gap broke: the series' step, or (where the first step was not forward, `expected_s` NaN) that
+/// time goes forward.
+pub(crate) fn step_rule(expected_s: f64) -> String {
+    if expected_s.is_nan() {
+        "time must go forward in equal steps".into()
+    } else {
+        format!("the series' step is {expected_s} s")
+    }
 }
 
 /// The largest magnitude a series value may have: the columns count GPUs, jobs or a utilization, and far larger
@@ -61,8 +69,7 @@ pub const MAX_VALUE: f64 = 1e9;
 /// Reads `column` of the demand file at `path`. Returns the series, or the first error (file, line, column).
 pub fn load(path: &Path, column: &str) -> Result<Series, DemandError> {
     let file = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| DemandError::Io { file: file.clone(), message: e.to_string() })?;
+    let text = crate::trace::read_text(path).map_err(|message| DemandError::Io { file: file.clone(), message })?;
     parse_str(&file, &text, column)
 }
 
@@ -217,7 +224,7 @@ mod tests {
                 "time going backwards at the start",
                 vec![ok, "2020-04-30 23:59:00,1,0,8"],
                 "running_gpu_num",
-                "d.csv:3: column `time`: 2020-04-30 23:59:00 follows 2020-05-01 00:00:00 after -60 s",
+                "d.csv:3: column `time`: 2020-04-30 23:59:00 follows 2020-05-01 00:00:00 after -60 s; time must go forward",
             ),
             (
                 "a non-numeric value",

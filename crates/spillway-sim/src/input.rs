@@ -172,8 +172,10 @@ mod tests {
         let cfg = Config::parse("c.toml", include_str!("../../../examples/hybrid.toml")).unwrap();
         let h = "job_id,submit_s,duration_s,gpus,tier,deadline_s";
         for (row, column) in [("a,1e16,60,1,p1,", "submit_s"), ("a,0,60,1,p1,1e300", "deadline_s")] {
-            let t = crate::trace::native::parse_str("t.csv", &format!("{h}\nb,0,60,1,p1,\n{row}\n")).unwrap();
-            let e = to_sim_jobs(&t, &cfg).unwrap_err().to_string();
+            // The loader refuses a late submission itself; a late deadline reaches the conversion.
+            let text = format!("{h}\nb,0,60,1,p1,\n{row}\n");
+            let e = crate::trace::native::parse_str("t.csv", &text).and_then(|t| to_sim_jobs(&t, &cfg));
+            let e = e.unwrap_err().to_string();
             assert!(e.starts_with("t.csv:3: column `") && e.contains(column) && e.contains("100 years"), "{e}");
         }
         let t = crate::trace::native::parse_str("t.csv", &format!("{h}\na,3e9,60,1,p1,3.1e9\n")).unwrap();

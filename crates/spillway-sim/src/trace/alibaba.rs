@@ -84,6 +84,9 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
         let Some(deleted) = deleted else {
             return Err(row.error("deletion_time", "empty value; a pod that started needs its deletion time"));
         };
+        if scheduled < submit_s {
+            return Err(row.bad("scheduled_time", &format!("is before creation_time `{submit_s}`")));
+        }
         if deleted < scheduled {
             return Err(row.bad("deletion_time", &format!("is before scheduled_time `{scheduled}`")));
         }
@@ -168,6 +171,8 @@ mod tests {
             ("a_negative_creation_time", "x,1,1,1,1000,,BE,Running,-3,10,0", "creation_time", "`-3` is negative"),
             ("a_bad_scheduled_time", "x,1,1,0,0,,BE,Running,0,10,soon", "scheduled_time", "`soon`"),
             ("a_deletion_before_scheduling", "x,1,1,1,1000,,BE,Running,0,10,20", "deletion_time", "`10` is before"),
+            ("a_scheduling_before_creation", "x,1,1,1,1000,,BE,Running,30,90,20", "scheduled_time", "`20` is before"),
+            ("a_creation_past_a_century", "x,1,1,1,1000,,BE,Running,1e17,2e17,1e17", "creation_time", "100 years"),
             ("an_empty_deletion_time", "x,1,1,1,1000,,BE,Running,0,,20", "deletion_time", "empty value"),
             ("an_empty_qos", "x,1,1,1,1000,,,Running,0,10,0", "qos", "empty value"),
         ];

@@ -114,7 +114,7 @@ fn to_trace_error(e: DemandError) -> TraceError {
             file,
             line,
             column: "time".into(),
-            message: format!("{time} follows {previous} after {step_s} s; the series' step is {expected_s} s"),
+            message: format!("{time} follows {previous} after {step_s} s; {}", demand::step_rule(expected_s)),
         },
         DemandError::TooShort { file, rows } => TraceError::Row {
             file,

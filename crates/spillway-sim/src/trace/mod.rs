@@ -111,8 +111,17 @@ pub mod workload;
 
 /// Reads a whole trace file; the error names the file.
 fn read_file(path: &Path) -> Result<String, TraceError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| TraceError::Io { file: path.display().to_string(), message: e.to_string() })
+    read_text(path).map_err(|message| TraceError::Io { file: path.display().to_string(), message })
+}
+
+/// Reads a whole text file; an error says why, naming the line of the first byte that is not UTF-8.
+pub(crate) fn read_text(path: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = 1 + e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
+        format!("line {line}: byte {at} is not UTF-8 text")
+    })
 }
 
 /// One data row of a CSV trace, with what an error needs to name: the file, the physical line and the column.
@@ -171,6 +180,7 @@ impl CsvRow<'_> {
     /// A required time: a finite number >= 0.
     fn time(&self, column: &str) -> Result<f64, TraceError> {
         match self.present(column, self.float(column)?)? {
+            v if v > crate::input::MAX_TRACE_S => Err(self.bad(column, "is more than 100 years after the start")),
             v if v >= 0.0 => Ok(v),
             _ => Err(self.bad(column, "is negative; times are seconds >= 0")),
         }
