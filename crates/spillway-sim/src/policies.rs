@@ -36,6 +36,16 @@ pub fn skipped_for(cfg: &Config) -> Vec<(&'static str, &'static str)> {
     vec![("static-peak", why), ("fixed-only", why)]
 }
 
+/// Returns why `static-peak` cannot run on `jobs`, if its owned pool would need more nodes than a pool may have
+/// (a hostile trace's peak would otherwise build them all).
+pub fn static_peak_too_large(cfg: &Config, jobs: &[SimJob]) -> Option<String> {
+    let largest = cfg.pools.iter().find(|p| p.market == Market::Fixed)?.nodes.iter().map(|n| n.gpus).max()?;
+    let peak = peak_gpus(jobs);
+    let nodes = peak.div_ceil(u64::from(largest.max(1)));
+    (nodes > spillway_core::config::MAX_POOL_NODES)
+        .then(|| format!("the trace's peak demand of {peak} GPUs needs {nodes} owned nodes, more than a pool may have"))
+}
+
 /// Returns the config that runs `policy` on the same input and fixed pool, or `None` for an unknown name.
 pub fn config_for(policy: &str, cfg: &Config, jobs: &[SimJob]) -> Option<Config> {
     match policy {
@@ -250,4 +260,38 @@ pub fn with_fixed_gpus(cfg: &Config, gpus: u64) -> Result<Config, String> {
     let count = u32::try_from(nodes).map_err(|_| format!("{gpus} GPUs is too many nodes"))?;
     pool.nodes = vec![FixedNodes { count, ..largest }];
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_core::JobSpec;
+
+    fn job(gpus: u32, workers: u32) -> SimJob {
+        let spec = JobSpec {
+            name: "j".into(),
+            tier: "p1".into(),
+            team: "t".into(),
+            gpus_per_worker: gpus,
+            workers,
+            min_workers: None,
+            gpu_model: None,
+            interruptible: None,
+            checkpoint_interval_ms: None,
+            deadline: None,
+            expected_duration_ms: None,
+            checkpoint_gb: None,
+            data_region: None,
+        };
+        SimJob { submit_ms: 0, duration_ms: 1_000, spec, serial_fraction: 0.0 }
+    }
+
+    #[test]
+    fn static_peak_is_skipped_where_its_pool_would_outgrow_any_pool() {
+        let cfg = Config::parse("c.toml", include_str!("../../../examples/hybrid.toml")).unwrap();
+        assert_eq!(static_peak_too_large(&cfg, &[job(8, 2)]), None);
+        // Two gangs of 8 million GPUs at once: 2,000,000 owned 8-GPU nodes.
+        let why = static_peak_too_large(&cfg, &[job(8, 1_000_000), job(8, 1_000_000)]).unwrap();
+        assert!(why.contains("16000000 GPUs needs 2000000 owned nodes"), "{why}");
+    }
 }

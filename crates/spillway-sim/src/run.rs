@@ -55,9 +55,16 @@ pub fn compare(
         .into_iter()
         .map(|(p, why)| crate::report::SkippedPolicy { policy: p.to_string(), why: why.to_string() })
         .collect();
+    let too_large = crate::policies::static_peak_too_large(cfg, jobs);
+    if let Some(why) = &too_large {
+        report.skipped_policies.push(crate::report::SkippedPolicy { policy: "static-peak".into(), why: why.clone() });
+    }
     let mut main: Option<(SimOutcome, Config)> = None;
     let mut others = BTreeMap::new();
     for policy in policies_for(cfg) {
+        if policy == "static-peak" && too_large.is_some() {
+            continue;
+        }
         progress(policy);
         let Some(pcfg) = config_for(policy, cfg, jobs) else { continue };
         let popts = SimOptions { record: opts.record && policy == "spillway", ..opts.clone() };

@@ -21,7 +21,7 @@ pub use finite::{NonFinite, first_non_finite};
 pub use network::{EgressPrice, EgressTable, MAX_TRANSFER_MS, Network, check_region};
 pub use prometheus::Prometheus;
 pub use secs::parse as parse_duration;
-pub use validate::ConfigError;
+pub use validate::{ConfigError, MAX_POOL_NODES};
 
 /// Where a pool's nodes come from and how they are paid for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize)]
