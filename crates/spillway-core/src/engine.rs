@@ -19,7 +19,10 @@ pub enum EventError {
     UnknownJob(u32),
     #[error("unknown pool {0}")]
     UnknownPool(usize),
-    #[error("pool {pool}: min_nodes {min} > max_nodes {max}, or a fixed pool (its nodes are listed in the config)")]
+    #[error(
+        "pool {pool}: min_nodes {min} > max_nodes {max}, max_nodes above 1,000,000, or a fixed pool (its nodes are \
+         listed in the config)"
+    )]
     BadBounds { pool: String, min: u32, max: u32 },
     #[error("spot price of {instance_type}: {usd_per_hour:e} is not a price in (0, 1000000] USD per hour")]
     BadPrice { instance_type: String, usd_per_hour: f64 },
@@ -269,7 +272,7 @@ impl Engine {
             Event::SetPoolBounds { pool, min_nodes, max_nodes } => {
                 let p = self.cfg.pools.get_mut(pool).ok_or(EventError::UnknownPool(pool))?;
                 let (min, max) = (min_nodes.unwrap_or(p.min_nodes), max_nodes.unwrap_or(p.max_nodes));
-                if p.market == crate::Market::Fixed || min > max {
+                if p.market == crate::Market::Fixed || min > max || u64::from(max) > crate::config::MAX_POOL_NODES {
                     return Err(EventError::BadBounds { pool: p.name.clone(), min, max });
                 }
                 let (before, name) = ((p.min_nodes, p.max_nodes), p.name.clone());

@@ -584,6 +584,10 @@ async fn scale_pool(State(s): S, headers: HeaderMap, name: RawPath, body: Bytes)
     if min > max {
         return Err(bad("min_nodes", format!("min_nodes {min} > max_nodes {max}")));
     }
+    if u64::from(max) > spillway_core::config::MAX_POOL_NODES {
+        let most = spillway_core::config::MAX_POOL_NODES;
+        return Err(bad("max_nodes", format!("{max} nodes is more than a pool may have ({most})")));
+    }
     st.apply(
         now_ms(),
         Entry::Event(Event::SetPoolBounds { pool, min_nodes: req.min_nodes, max_nodes: req.max_nodes }),

@@ -825,6 +825,9 @@ min_step_nodes = 8
     d.get("/v1/pools/cloud/what-if?max_nodes=4294967296").assert_error(422, Some("max_nodes"), "past u32");
     d.get("/v1/pools/cloud/what-if?ignore_cooldown=maybe").assert_error(422, Some("ignore_cooldown"), "maybe");
     d.get("/v1/pools/cloud/what-if?bogus=1").assert_error(422, Some("bogus"), "an unknown parameter");
+    // Setting a max no pool may have is refused as the config would refuse it (a min that high launched them all).
+    let huge = r#"{"min_nodes": 2000000, "max_nodes": 2000000}"#;
+    d.call("POST", "/v1/pools/cloud/scale", Some(&d.admin), Some(huge)).assert_error(422, Some("max_nodes"), "huge");
     d.call("GET", "/v1/pools/cloud/what-if", None, None).assert_error(401, None, "no token");
     // It counts every team's waiting jobs: a team token may not ask.
     d.call("GET", "/v1/pools/cloud/what-if", Some(&d.research), None).assert_error(403, None, "a team token");
