@@ -124,7 +124,7 @@ impl Engine {
         // Near the pool's max (3/4 of its nodes alive) node slots are scarce: a slot filled with a small node is
         // capacity the pool can never have, so types compete on price per GPU (the larger wins a tie), not on the
         // price of the few nodes this one job needs.
-        let scarce = self.c.pools[pool].alive * 4 >= p.max_nodes.max(1) * 3;
+        let scarce = u64::from(self.c.pools[pool].alive) * 4 >= u64::from(p.max_nodes.max(1)) * 3;
         // Nodes bought for a pool's min (job `None`) are of its first type while it can launch: target tracking and
         // forecasts size the min in nodes of that type.
         let first = match want {

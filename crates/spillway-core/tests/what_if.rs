@@ -76,6 +76,18 @@ fn what_if_a_larger_max_is_what_the_pool_then_launches() {
 }
 
 #[test]
+fn a_max_past_any_pool_is_answered_in_a_what_if_and_refused_as_a_change() {
+    let mut h = capped_with(20, 600.0);
+    // Asked of the largest max there is, the pool buys for every waiting job (its scarcity test once overflowed).
+    let answer = h.e.what_if("spot", PoolChange { max_nodes: Some(u32::MAX), ..PoolChange::default() }).expect("pool");
+    assert_eq!(answer.launches, vec![("g8".to_string(), 16)], "{answer:?}");
+    // As a change it is refused, as a config would refuse it: a min that high would launch them all.
+    let huge = Event::SetPoolBounds { pool: 1, min_nodes: Some(2_000_000), max_nodes: Some(2_000_000) };
+    assert!(h.e.handle_event(h.now, huge).is_err());
+    assert!(h.drain().is_empty());
+}
+
+#[test]
 fn what_if_answers_none_for_unknown_and_fixed_pools() {
     let h = capped_with(2, 60.0);
     assert_eq!(h.e.what_if("nope", PoolChange::default()), None);
