@@ -540,8 +540,16 @@ async fn protect_node(State(s): S, headers: HeaderMap, id: RawPath, body: Bytes)
     let id = path_id(id)?;
     let req: Protect = parse(&body)?;
     let mut st = s.state();
-    if st.engine.cluster().nodes.get(id as usize).is_none() {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no node {id}")));
+    match st.engine.cluster().nodes.get(id as usize) {
+        None => return Err(ApiError::new(StatusCode::NOT_FOUND, format!("no node {id}"))),
+        // Protection from scale-in means nothing to a node that is gone.
+        Some(n) if !n.alive() => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("node {id} is {}: nothing to protect", crate::views::node_state(n.state)),
+            ));
+        }
+        Some(_) => {}
     }
     st.apply(now_ms(), Entry::Event(Event::SetNodeProtection { node: NodeId(id), protected: req.protected }))?;
     let v = st.engine.cluster().nodes.get(id as usize).map(|n| views::node(&st, n));

@@ -89,7 +89,13 @@ pub async fn serve(
             iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 iv.tick().await;
-                me.tick(tick);
+                // A tick that panics (a bug in the decision code) stops the daemon as a store failure does: with its
+                // ticker gone it would answer its API and decide nothing, idle nodes costing money.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| me.tick(tick))).is_err() {
+                    me.state().fatal.get_or_insert_with(|| "a decision pass panicked (printed above)".into());
+                    me.stop.notify_one();
+                    return;
+                }
             }
         })
     };

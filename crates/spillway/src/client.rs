@@ -230,7 +230,17 @@ impl Client {
             req = req.header(spillway_api::AUTH_HEADER, a);
         }
         let res = match body {
-            Some(b) => req.send_json(b),
+            Some(b) => {
+                let bytes = serde_json::to_vec(b)?;
+                // The server reads no further than its limit and closes the connection, which the sender sees
+                // as a broken pipe: say what was refused instead, as the server would (413).
+                let most = spillway_api::limits::MAX_BODY_BYTES;
+                if bytes.len() > most {
+                    let what = format!("the request is {} bytes; the server takes at most {most}", bytes.len());
+                    return Err(CliError::new(EXIT_REJECTED, format!("rejected (413): {what}")).into());
+                }
+                req.header("content-type", "application/json").send(&bytes[..])
+            }
             None => req.send_empty(),
         };
         self.finish("POST", path, res)
@@ -364,6 +374,17 @@ mod tests {
         let e = status_error("GET", "/v1/jobs/9", 404, b"nope");
         assert_eq!(e.code, 3);
         assert!(e.message.contains("nope"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_body_past_the_servers_limit_is_refused_before_it_is_sent() {
+        // Nothing listens on port 9: the refusal comes from the client, as a rejection (5), not "cannot reach" (6).
+        let c = Client::new("http://127.0.0.1:9", None);
+        let huge = serde_json::json!({ "argv": vec!["x"; 600_000] });
+        let e = c.post_bytes("/v1/jobs", Some(&huge)).unwrap_err();
+        let e = e.downcast_ref::<CliError>().expect("a CliError");
+        assert_eq!(e.code, EXIT_REJECTED, "{}", e.message);
+        assert!(e.message.contains("413") && e.message.contains("at most"), "{}", e.message);
     }
 
     #[test]

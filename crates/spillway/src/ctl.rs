@@ -381,6 +381,20 @@ pub fn build_submit(args: &SubmitArgs, file: JobFile) -> Result<JobSubmit> {
     })
 }
 
+/// Reads a job file, refusing one larger than a job can be (the server takes 1 MiB; a job file may hold comments,
+/// so 16 MiB): reading `/dev/zero` grew without end.
+fn read_job_file(p: &std::path::Path) -> Result<String> {
+    use std::io::Read;
+    const MOST: u64 = 16 << 20;
+    let f = std::fs::File::open(p).with_context(|| format!("reading {}", p.display()))?;
+    let mut bytes = Vec::new();
+    f.take(MOST + 1).read_to_end(&mut bytes).with_context(|| format!("reading {}", p.display()))?;
+    if bytes.len() as u64 > MOST {
+        anyhow::bail!("{}: a job file is at most 16 MiB", p.display());
+    }
+    String::from_utf8(bytes).map_err(|e| anyhow::anyhow!("{}: not UTF-8 text: {e}", p.display()))
+}
+
 /// Returns the directory `submit` runs in, as a job's default workdir; an error when it is gone or its path is
 /// not UTF-8 (the job would otherwise start somewhere the user did not mean).
 fn submit_dir() -> Result<String> {
@@ -396,17 +410,20 @@ pub fn run(cmd: CtlCommand) -> Result<()> {
     match cmd {
         CtlCommand::Submit(args) => {
             let file = match &args.file {
-                Some(p) => {
-                    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-                    parse_job_file(p, &text)?
-                }
+                Some(p) => parse_job_file(p, &read_job_file(p)?)?,
                 None => JobFile::default(),
             };
             let submit = build_submit(&args, file)?;
             let client = connect(&args.conn)?;
             let v: Value = client.post_json("/v1/jobs", Some(&submit))?;
             let id = v["id"].as_u64().unwrap_or_default() as u32;
-            show(v, args.conn.output, |j: JobView| format!("submitted job {} ({}, team {})\n", j.id, j.tier, j.team))?;
+            let said = |j: JobView| format!("submitted job {} ({}, team {})\n", j.id, j.tier, j.team);
+            if args.follow && args.conn.output == crate::client::Output::Table {
+                // Its output follows on stdout: `submit --follow ... > out` keeps only the job's.
+                eprint!("{}", said(serde_json::from_value(v)?));
+            } else {
+                show(v, args.conn.output, said)?;
+            }
             if args.follow {
                 logs(&client, id, true)?;
             }
@@ -559,17 +576,14 @@ fn wait_for_job(client: &Client, id: u32) -> Result<()> {
 /// Prints a job's log; with `follow`, polls every second and prints the new bytes until the job is final.
 fn logs(client: &Client, id: u32, follow: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    if !follow {
-        out.write_all(&client.get_bytes(&format!("/v1/jobs/{id}/logs"), &[])?)?;
-        return Ok(out.flush()?);
-    }
-    // Each rank's log is read on its own from where the last read ended, and printed a whole line at a time,
-    // so a gang's ranks never split each other's lines; a gang's lines carry their rank.
+    // Each rank's log is read on its own, byte for byte, from where the last read ended. Followed, a gang's ranks
+    // are printed a whole line at a time, each line with its rank, so they never split each other's lines; a
+    // single rank's bytes go out as they come (progress bars and prompts have no newline).
     let mut ranks: Vec<(u64, Vec<u8>)> = Vec::new();
     loop {
         // The state is read before the logs, so the last read happens after the job was seen final.
         let job: JobView = client.get_json(&format!("/v1/jobs/{id}"), &[])?;
-        let done = matches!(job.state.as_str(), "succeeded" | "failed" | "cancelled");
+        let done = !follow || matches!(job.state.as_str(), "succeeded" | "failed" | "cancelled");
         ranks.resize(job.workers.max(1) as usize, (0, Vec::new()));
         let gang = ranks.len() > 1;
         for (rank, (from, partial)) in ranks.iter_mut().enumerate() {
@@ -582,14 +596,20 @@ fn logs(client: &Client, id: u32, follow: bool) -> Result<()> {
                 *from += chunk.len() as u64;
                 partial.extend_from_slice(&chunk);
             }
+            if !follow || !gang {
+                if !follow && gang {
+                    writeln!(out, "==> rank {rank} <==")?;
+                }
+                out.write_all(partial)?;
+                partial.clear();
+                continue;
+            }
             let whole = partial.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
             let rest = partial.split_off(whole);
-            // A job that ended may leave a last line without its newline.
+            // A gang job that ended may leave a last line without its newline.
             let tail = if done && !rest.is_empty() { [rest.as_slice(), b"\n"].concat() } else { Vec::new() };
             for line in partial.split_inclusive(|&b| b == b'\n').chain(tail.split_inclusive(|&b| b == b'\n')) {
-                if gang {
-                    write!(out, "[rank {rank}] ")?;
-                }
+                write!(out, "[rank {rank}] ")?;
                 out.write_all(line)?;
             }
             *partial = if done { Vec::new() } else { rest };
@@ -743,7 +763,7 @@ fn job_detail(j: &JobView, now: f64) -> String {
         t(j.started_at),
         t(j.ended_at),
         fmt_duration(waited.max(0.0)),
-        j.argv.join(" ")
+        j.argv.iter().map(|a| visible(a)).collect::<Vec<_>>().join(" ")
     );
     if let Some(d) = &j.pending_detail {
         out += &format!("   Waiting={d}\n");
@@ -769,6 +789,12 @@ fn job_detail(j: &JobView, now: f64) -> String {
         );
     }
     out
+}
+
+/// Returns `s` with its control characters escaped (`\n`, `\u{1b}`): a job's command may hold any of them (a
+/// script's newlines), and printed raw an escape sequence would act on the terminal of whoever looks at the job.
+fn visible(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 /// Returns how a job that ended by itself exited (`exit code 3`, `signal 9`), when its agent reported it.

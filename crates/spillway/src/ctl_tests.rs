@@ -310,3 +310,12 @@ fn a_job_file_carries_its_data_size_and_region() {
     let s = build_submit(&args, f).ok().unwrap_or_default();
     assert_eq!((s.checkpoint_gb, s.data_region.as_deref()), (Some(50.0), Some("us-west-2")), "the flag wins");
 }
+
+#[test]
+fn a_jobs_command_is_shown_with_its_control_characters_escaped() {
+    let argv = vec!["sh".into(), "-c".into(), "echo a\nprintf '\u{1b}[2J'".into(), "naïve".into()];
+    let j = JobView { id: 1, state: "queued".into(), argv, ..JobView::default() };
+    let text = job_detail(&j, 0.0);
+    assert!(!text.contains('\u{1b}'), "an escape sequence reached the terminal: {text:?}");
+    assert!(text.contains(r"Command=sh -c echo a\nprintf '\u{1b}[2J' naïve"), "{text}");
+}
