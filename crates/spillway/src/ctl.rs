@@ -700,9 +700,14 @@ fn job_waited(j: &JobView, now: f64) -> String {
 
 /// Returns how long a job's (last) attempt has run or ran, as of `now`; `-` while it waits or if it never ran.
 fn job_ran(j: &JobView, now: f64) -> String {
-    match j.started_at {
-        Some(s) if j.state != "queued" => fmt_duration(j.ended_at.unwrap_or(now) - s),
-        _ => "-".into(),
+    if j.state == "queued" {
+        return "-".into();
+    }
+    // From its last attempt's start (a job requeued once has a first start long before), where the view has it.
+    let last = j.attempts.last().map(|a| (a.started_at, a.ended_at));
+    match last.or(j.started_at.map(|s| (s, None))) {
+        Some((s, end)) => fmt_duration((end.or(j.ended_at).unwrap_or(now) - s).max(0.0)),
+        None => "-".into(),
     }
 }
 

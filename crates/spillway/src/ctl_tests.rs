@@ -319,3 +319,29 @@ fn a_jobs_command_is_shown_with_its_control_characters_escaped() {
     assert!(!text.contains('\u{1b}'), "an escape sequence reached the terminal: {text:?}");
     assert!(text.contains(r"Command=sh -c echo a\nprintf '\u{1b}[2J' naïve"), "{text}");
 }
+
+#[test]
+fn ran_counts_from_the_last_attempts_start_not_the_first() {
+    let a = |attempt, started_at: f64, ended_at: f64| AttemptView {
+        attempt,
+        nodes: vec![1],
+        started_at,
+        ended_at: Some(ended_at),
+        end: None,
+        exit_code: None,
+        exit_signal: None,
+        cost_usd: 0.0,
+    };
+    // Ran 5 s, was requeued and waited 41 s, then ran 14 s.
+    let j = JobView {
+        id: 3,
+        state: "succeeded".into(),
+        submitted_at: 90.0,
+        started_at: Some(100.0),
+        ended_at: Some(160.0),
+        attempts: vec![a(1, 100.0, 105.0), a(2, 146.0, 160.0)],
+        ..JobView::default()
+    };
+    let table = jobs_table(std::slice::from_ref(&j), 200.0);
+    assert!(table.lines().nth(1).is_some_and(|row| row.contains(" 14s ")), "{table}");
+}
