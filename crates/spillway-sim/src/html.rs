@@ -394,7 +394,7 @@ fn run_row(run: &RunReport, tiers: &[String], comparable: bool) -> String {
     );
     for tier in tiers {
         match run.tiers.get(tier) {
-            Some(tr) if tr.jobs > 0 => r.push_str(&format!("<td>{}</td>", duration(tr.queue_wait_s.p95))),
+            Some(tr) if tr.started > 0 => r.push_str(&format!("<td>{}</td>", duration(tr.queue_wait_s.p95))),
             _ => r.push_str("<td>—</td>"),
         }
     }

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 fn run(policy: &str, cost: f64) -> RunReport {
     let tier = |p95: f64, misses: usize| TierReport {
         jobs: 100,
+        started: 100,
         queue_wait_s: Stats { mean: p95 / 3.0, p50: p95 / 4.0, p95, p99: p95 * 1.5 },
         slo_misses: misses,
         ..TierReport::default()
@@ -170,6 +171,15 @@ fn a_run_that_left_jobs_unfinished_is_flagged_and_not_compared() {
     let text = crate::run::summary_table(&r);
     let row = text.lines().find(|l| l.starts_with("fixed-only")).unwrap();
     assert!(row.contains("n/a*") && text.contains("* fixed-only completed 12 of 1200 jobs (1188 unfinished"), "{text}");
+    // A tier none of whose jobs started has no wait to show, in the summary or on the page (it showed `0s`).
+    for t in r.runs[2].tiers.values_mut() {
+        (t.started, t.queue_wait_s) = (0, Stats::default());
+    }
+    let row = crate::run::summary_table(&r).lines().find(|l| l.starts_with("fixed-only")).unwrap().to_string();
+    assert!(!row.contains("0s") && row.matches(" - ").count() >= 1, "{row}");
+    let page = render(&r, &series(10), &BTreeMap::new(), &waits(), None);
+    let fixed = &page[page.find("<td>fixed-only</td>").unwrap()..];
+    assert!(!fixed[..fixed.find("</tr>").unwrap()].contains("<td>0s</td>"), "{fixed}");
     // A finished run below the bound is marked: it paid less by making jobs wait.
     (r.runs[2].jobs_unfinished, r.runs[2].jobs_completed) = (0, 1187);
     let page = render(&r, &series(10), &BTreeMap::new(), &waits(), None);

@@ -18,6 +18,9 @@ pub struct Stats {
 pub struct TierReport {
     /// Jobs of this tier submitted.
     pub jobs: usize,
+    /// Of them, the jobs that started (the ones `queue_wait_s` is over; 0: no wait to show).
+    #[serde(default)]
+    pub started: usize,
     /// Time from submission to first start, over started jobs.
     pub queue_wait_s: Stats,
     /// Time from submission to completion, over completed jobs.

@@ -215,7 +215,7 @@ pub fn run_report(policy: &str, cfg: &Config, out: &SimOutcome) -> RunReport {
     for (i, (jobs, w, jct, misses)) in per_tier.into_iter().enumerate() {
         r.tiers.insert(
             cfg.tiers[i].name.clone(),
-            TierReport { jobs, queue_wait_s: stats(&w), jct_s: stats(&jct), slo_misses: misses },
+            TierReport { jobs, started: w.len(), queue_wait_s: stats(&w), jct_s: stats(&jct), slo_misses: misses },
         );
     }
     r.peak_hour_wait_s = peak_hour_waits(cfg, out);
@@ -373,9 +373,9 @@ pub fn summary_table(report: &Report) -> String {
         "{:<22} {:>12} {:>8} {:>11} {:>11} {:>11} {:>10} {:>10} {:>10} {:>9}\n",
         "policy", "cost USD", "/bound", "fixed", "on-demand", "spot", "p0 p95", "p1 p95", "p2 p95", "done/sub"
     );
-    // A tier without jobs has no wait to show (not `0s`).
+    // A tier none of whose jobs started has no wait to show (not `0s`).
     let wait = |r: &RunReport, t: &str| {
-        r.tiers.get(t).filter(|x| x.jobs > 0).map_or("-".to_string(), |x| human(x.queue_wait_s.p95))
+        r.tiers.get(t).filter(|x| x.started > 0).map_or("-".to_string(), |x| human(x.queue_wait_s.p95))
     };
     // A run that left jobs unfinished did less work: its cost is not comparable, so it gets no ratio.
     let ratio = |r: &RunReport| match r.cost_vs_bound {
