@@ -20,7 +20,7 @@ pub enum EventError {
     #[error("unknown pool {0}")]
     UnknownPool(usize),
     #[error(
-        "pool {pool}: min_nodes {min} > max_nodes {max}, max_nodes above 1,000,000, or a fixed pool (its nodes are \
+        "pool {pool}: min_nodes {min} > max_nodes {max}, max_nodes above 100,000, or a fixed pool (its nodes are \
          listed in the config)"
     )]
     BadBounds { pool: String, min: u32, max: u32 },

@@ -146,7 +146,7 @@ fn cases() -> Vec<Case> {
             text: replace("nodes = [{ count = 2, gpus = 8 }]", "nodes = [{ count = 4000000000, gpus = 8 }]"),
             key: "pools[0].nodes",
             line_of: ("nodes = [{ count = 4000000000", 0),
-            piece: "4000000000 nodes is more than a pool may have (1000000)",
+            piece: "4000000000 nodes is more than a pool may have (100000)",
         },
         Case {
             rule: "a fixed pool with no nodes key names the pool's header",

@@ -41,10 +41,10 @@ pub const MAX_TRACE_S: f64 = 100.0 * 365.0 * 86_400.0;
 pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceError> {
     let mut out = Vec::with_capacity(trace.jobs.len());
     for j in &trace.jobs {
-        let late = |column: &str, s: f64| TraceError::Row {
+        let late = |column: &'static str, s: f64| TraceError::Row {
             file: trace.source.clone(),
             line: j.line,
-            column: column.into(),
+            column: trace.column(column).into(),
             message: format!("{s:e} s is more than 100 years after the trace's start"),
         };
         if j.submit_s.is_nan() || j.submit_s > MAX_TRACE_S {
@@ -55,7 +55,7 @@ pub fn to_sim_jobs(trace: &Trace, cfg: &Config) -> Result<Vec<SimJob>, TraceErro
         }
         let spec = spec_of(j, cfg.start_ms);
         if let Err(e) = check_new_spec(cfg, &spec) {
-            let column = trace_column(&e);
+            let column = trace.column(trace_column(&e));
             return Err(TraceError::Row {
                 file: trace.source.clone(),
                 line: j.line,
@@ -180,6 +180,17 @@ mod tests {
         }
         let t = crate::trace::native::parse_str("t.csv", &format!("{h}\na,3e9,60,1,p1,3.1e9\n")).unwrap();
         assert_eq!(to_sim_jobs(&t, &cfg).unwrap()[0].submit_ms, 3_000_000_000_000);
+    }
+
+    #[test]
+    fn a_foreign_traces_refusal_names_its_own_column() {
+        let cfg = Config::parse("c.toml", include_str!("../../../examples/hybrid.toml")).unwrap();
+        let head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time";
+        // A run of 12.7 years (deletion less scheduling) is past what a job may declare.
+        let t =
+            crate::trace::alibaba::parse_str("a.csv", &format!("{head}\nx,1,1,1,1000,,BE,Running,0,400000000,10\n"));
+        let e = to_sim_jobs(&t.unwrap(), &cfg).unwrap_err().to_string();
+        assert!(e.starts_with("a.csv:2: column `deletion_time`: "), "{e}");
     }
 
     #[test]

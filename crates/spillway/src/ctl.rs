@@ -580,6 +580,7 @@ fn logs(client: &Client, id: u32, follow: bool) -> Result<()> {
     // are printed a whole line at a time, each line with its rank, so they never split each other's lines; a
     // single rank's bytes go out as they come (progress bars and prompts have no newline).
     let mut ranks: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut line_start = true;
     loop {
         // The state is read before the logs, so the last read happens after the job was seen final.
         let job: JobView = client.get_json(&format!("/v1/jobs/{id}"), &[])?;
@@ -598,9 +599,12 @@ fn logs(client: &Client, id: u32, follow: bool) -> Result<()> {
             }
             if !follow || !gang {
                 if !follow && gang {
-                    writeln!(out, "==> rank {rank} <==")?;
+                    // Each rank's header on a line of its own, whatever the rank before ended with.
+                    let sep = if line_start { "" } else { "\n" };
+                    writeln!(out, "{sep}==> rank {rank} <==")?;
                 }
                 out.write_all(partial)?;
+                line_start = partial.last().is_none_or(|&b| b == b'\n');
                 partial.clear();
                 continue;
             }
@@ -691,11 +695,24 @@ fn list(ids: &[u32]) -> String {
 
 /// Returns how long a job waited in the queue before its (last) start, or has waited so far, as of `now`.
 fn job_waited(j: &JobView, now: f64) -> String {
-    match j.started_at {
-        Some(s) if j.state != "queued" => fmt_duration(s - j.submitted_at),
-        // Cancelled before it ever started: it waited until it ended.
-        _ => fmt_duration(j.ended_at.unwrap_or(now) - j.submitted_at),
-    }
+    // When the wait before attempt `i` began: its submission, or the end of the attempt before it.
+    let since = |i: usize| match i.checked_sub(1).and_then(|k| j.attempts.get(k)) {
+        Some(a) => a.ended_at.unwrap_or(a.started_at),
+        None => j.submitted_at,
+    };
+    let n = j.attempts.len();
+    let waited = match j.attempts.last() {
+        // Requeued: waiting again since its last attempt ended.
+        Some(_) if j.state == "queued" => now - since(n),
+        Some(a) => a.started_at - since(n - 1),
+        None => match j.started_at {
+            // A view without its attempts: from its first start.
+            Some(s) if j.state != "queued" => s - j.submitted_at,
+            // Cancelled before it ever started: it waited until it ended.
+            _ => j.ended_at.unwrap_or(now) - j.submitted_at,
+        },
+    };
+    fmt_duration(waited.max(0.0))
 }
 
 /// Returns how long a job's (last) attempt has run or ran, as of `now`; `-` while it waits or if it never ran.
@@ -746,7 +763,6 @@ fn job_detail(j: &JobView, now: f64) -> String {
         (None, Some(s)) => format!(" Signal={s}"),
         _ => String::new(),
     };
-    let waited = j.started_at.unwrap_or(now) - j.submitted_at;
     let mut out = format!(
         "JobId={} Name={} Tier={} Team={}\n   State={}{}{} Attempts={} Interruptions={} Preemptions={}\n   \
          Gpus={} Workers={} Nodes={} Cost=${:.2}\n   SubmitTime={} StartTime={} EndTime={} Waited={}\n   Command={}\n",
@@ -767,7 +783,7 @@ fn job_detail(j: &JobView, now: f64) -> String {
         fmt_time(j.submitted_at),
         t(j.started_at),
         t(j.ended_at),
-        fmt_duration(waited.max(0.0)),
+        job_waited(j, now),
         j.argv.iter().map(|a| visible(a)).collect::<Vec<_>>().join(" ")
     );
     if let Some(d) = &j.pending_detail {

@@ -321,7 +321,7 @@ fn a_jobs_command_is_shown_with_its_control_characters_escaped() {
 }
 
 #[test]
-fn ran_counts_from_the_last_attempts_start_not_the_first() {
+fn waited_and_ran_count_from_the_last_attempt_not_the_first() {
     let a = |attempt, started_at: f64, ended_at: f64| AttemptView {
         attempt,
         nodes: vec![1],
@@ -343,5 +343,9 @@ fn ran_counts_from_the_last_attempts_start_not_the_first() {
         ..JobView::default()
     };
     let table = jobs_table(std::slice::from_ref(&j), 200.0);
-    assert!(table.lines().nth(1).is_some_and(|row| row.contains(" 14s ")), "{table}");
+    assert!(table.lines().nth(1).is_some_and(|row| row.contains(" 41s ") && row.contains(" 14s ")), "{table}");
+    // Requeued and waiting again: since its attempt ended, not since it was submitted.
+    let again = JobView { state: "queued".into(), ended_at: None, attempts: vec![a(1, 100.0, 105.0)], ..j };
+    let table = jobs_table(std::slice::from_ref(&again), 120.0);
+    assert!(table.lines().nth(1).is_some_and(|row| row.contains(" 15s ")), "{table}");
 }

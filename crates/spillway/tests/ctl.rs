@@ -36,6 +36,17 @@ fn answer(line: &str, n: usize) -> (u16, &'static str, String) {
         "GET /v1/jobs/21/logs?rank=0&from=0 HTTP/1.1" => (200, "OK", "one\nt".into()),
         "GET /v1/jobs/21/logs?rank=0&from=5 HTTP/1.1" if n >= 1 => (200, "OK", "wo\nthr".into()),
         l if l.starts_with("GET /v1/jobs/21/logs?rank=0&from=") => (200, "OK", String::new()),
+        // Job 22, a gang of two that ended; rank 0's output ends without a newline.
+        "GET /v1/jobs/22 HTTP/1.1" => (
+            200,
+            "OK",
+            JOB.replace("\"id\":17", "\"id\":22")
+                .replace("queued", "succeeded")
+                .replace("\"workers\":1", "\"workers\":2"),
+        ),
+        "GET /v1/jobs/22/logs?rank=0&from=0 HTTP/1.1" => (200, "OK", "a\nnonl".into()),
+        "GET /v1/jobs/22/logs?rank=1&from=0 HTTP/1.1" => (200, "OK", "b\n".into()),
+        l if l.starts_with("GET /v1/jobs/22/logs?rank=") => (200, "OK", String::new()),
         "POST /v1/jobs HTTP/1.1" => (201, "Created", JOB.to_string()),
         "GET /v1/jobs/17 HTTP/1.1" => (200, "OK", JOB.to_string()),
         "GET /v1/jobs/99 HTTP/1.1" => (403, "Forbidden", r#"{"error":"job 99 belongs to team vision"}"#.into()),
@@ -164,6 +175,9 @@ fn logs_follow_prints_each_byte_once_until_the_job_ends() {
     let out = spillway(&["jobs", "logs", "21", "--server", &url, "--token", "t"]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "one\ntwo\nthr");
+    // A gang's ranks each under a header of their own line, even after a rank whose output has no final newline.
+    let out = spillway(&["jobs", "logs", "22", "--server", &url, "--token", "t"]);
+    assert_eq!(text(&out.stdout), "==> rank 0 <==\na\nnonl\n==> rank 1 <==\nb\n");
 }
 
 #[test]

@@ -115,7 +115,10 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
         .filter(|&(_, n)| n > 0)
         .map(|(reason, n)| (reason.to_string(), n))
         .collect();
-    Ok(Trace { source: name.to_string(), jobs, skipped })
+    // A pod's run is its deletion less its scheduling: a run out of bounds names the later of the two.
+    let columns =
+        &[("job_id", "name"), ("submit_s", "creation_time"), ("duration_s", "deletion_time"), ("gpus", "num_gpu")];
+    Ok(Trace { source: name.to_string(), jobs, skipped, columns })
 }
 
 #[cfg(test)]

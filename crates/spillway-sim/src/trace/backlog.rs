@@ -92,7 +92,7 @@ impl Overload {
         }
         let source =
             format!("overload workload: {} jobs sized against {} GPUs, seed {}", self.jobs, self.gpus, self.seed);
-        Trace { source, jobs, skipped: Vec::new() }
+        Trace { source, jobs, skipped: Vec::new(), columns: &[] }
     }
 }
 
@@ -173,7 +173,7 @@ impl CappedSpot {
         }
         let jobs = into_jobs(drafts, span, NAME_DIGITS);
         let source = format!("capped-spot workload: {} jobs over {} days, seed {}", self.jobs, span / DAY, self.seed);
-        Trace { source, jobs, skipped: Vec::new() }
+        Trace { source, jobs, skipped: Vec::new(), columns: &[] }
     }
 }
 

@@ -17,7 +17,7 @@ pub const MAX_JOB_GPUS: u32 = 8;
 /// The most GPUs one minute may ask for (a value far past any cluster is refused, not replayed as jobs).
 pub const MAX_DEMAND_GPUS: f64 = 1_000_000.0;
 /// The most jobs a series may replay as (a replay holds every job in memory; `simulate --jobs` has the same cap).
-pub const MAX_REPLAY_JOBS: u64 = 10_000_000;
+pub const MAX_REPLAY_JOBS: u64 = 2_000_000;
 
 /// Reads a Helios demand file and returns its demand as jobs (see the module doc).
 pub fn load(path: &Path) -> Result<Trace, TraceError> {
@@ -101,7 +101,9 @@ pub fn from_series(running: &Series, pending: &Series) -> Result<Trace, TraceErr
             });
         }
     }
-    Ok(Trace { source: running.source.clone(), jobs, skipped: Vec::new() })
+    // A job is a run of GPUs between two rows: its times are the `time` column's, its size the demand's.
+    let columns = &[("submit_s", "time"), ("duration_s", "time"), ("gpus", "running_gpu_num")];
+    Ok(Trace { source: running.source.clone(), jobs, skipped: Vec::new(), columns })
 }
 
 /// Maps a demand-file error to the trace error that names the same file, line and column.
@@ -178,6 +180,6 @@ mod tests {
         // Within the per-minute cap, a series that swings often enough is refused as a whole.
         let swings: Vec<f64> = (0..200).map(|i| if i % 2 == 0 { 0.0 } else { 1_000_000.0 }).collect();
         let e = from_series(&series(&swings), &series(&[0.0; 200])).unwrap_err().to_string();
-        assert!(e.contains("12500000 jobs, more than 10000000"), "{e}");
+        assert!(e.contains("12500000 jobs, more than 2000000"), "{e}");
     }
 }

@@ -51,6 +51,16 @@ pub struct Trace {
     pub jobs: Vec<TraceJob>,
     /// Rows skipped on purpose, by reason (for example `no GPUs requested`), with counts.
     pub skipped: Vec<(String, usize)>,
+    /// How its format names the native columns a later check may name (native name, its own); the others keep
+    /// the native name.
+    pub columns: &'static [(&'static str, &'static str)],
+}
+
+impl Trace {
+    /// Returns the name this trace's format gives native column `column`.
+    pub fn column(&self, column: &'static str) -> &'static str {
+        self.columns.iter().find(|(native, _)| *native == column).map_or(column, |&(_, own)| own)
+    }
 }
 
 /// Errors of the trace loaders; every row error names the file, the line and the column.

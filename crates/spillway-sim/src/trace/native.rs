@@ -109,7 +109,7 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
         });
         Ok(())
     })?;
-    Ok(Trace { source: name.to_string(), jobs, skipped: Vec::new() })
+    Ok(Trace { source: name.to_string(), jobs, skipped: Vec::new(), columns: &[] })
 }
 
 /// Writes `trace` in the native format: `#` comment lines with its source and skip counts, a header with
@@ -299,6 +299,7 @@ mod tests {
             source: "a\nb".into(),
             jobs: vec![job("x", 0.0), bare, job("y", 123456.789)],
             skipped: vec![("no GPUs requested".into(), 3)],
+            columns: &[],
         };
         let mut out = Vec::new();
         write(&trace, &mut out).unwrap();

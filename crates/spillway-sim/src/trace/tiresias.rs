@@ -63,7 +63,12 @@ pub fn parse_str(name: &str, text: &str) -> Result<Trace, TraceError> {
         });
         Ok(())
     })?;
-    Ok(Trace { source: name.to_string(), jobs, skipped: Vec::new() })
+    Ok(Trace {
+        source: name.to_string(),
+        jobs,
+        skipped: Vec::new(),
+        columns: &[("submit_s", "submit_time"), ("duration_s", "duration"), ("gpus", "num_gpu")],
+    })
 }
 
 #[cfg(test)]

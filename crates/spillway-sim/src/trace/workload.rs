@@ -184,7 +184,7 @@ impl Bursty {
         let days = span / DAY;
         let unit = if days == 1.0 { "day" } else { "days" };
         let source = format!("bursty workload: {n} jobs over {days} {unit}, seed {}", self.seed);
-        Trace { source, jobs, skipped: Vec::new() }
+        Trace { source, jobs, skipped: Vec::new(), columns: &[] }
     }
 }
 
