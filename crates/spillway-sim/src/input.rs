@@ -131,10 +131,11 @@ pub(crate) fn unit_hash(seed: u64, i: u64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn job(gpus: u32) -> SimJob {
+    /// Returns a 1 s job of one worker of `gpus` GPUs, submitted at 0 (for tests in this crate).
+    pub(crate) fn job(gpus: u32) -> SimJob {
         let spec = JobSpec {
             name: "j".into(),
             tier: "p1".into(),

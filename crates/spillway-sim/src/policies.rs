@@ -265,25 +265,12 @@ pub fn with_fixed_gpus(cfg: &Config, gpus: u64) -> Result<Config, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spillway_core::JobSpec;
 
+    /// Returns a job of `workers` workers of `gpus` GPUs.
     fn job(gpus: u32, workers: u32) -> SimJob {
-        let spec = JobSpec {
-            name: "j".into(),
-            tier: "p1".into(),
-            team: "t".into(),
-            gpus_per_worker: gpus,
-            workers,
-            min_workers: None,
-            gpu_model: None,
-            interruptible: None,
-            checkpoint_interval_ms: None,
-            deadline: None,
-            expected_duration_ms: None,
-            checkpoint_gb: None,
-            data_region: None,
-        };
-        SimJob { submit_ms: 0, duration_ms: 1_000, spec, serial_fraction: 0.0 }
+        let mut j = crate::input::tests::job(gpus);
+        j.spec.workers = workers;
+        j
     }
 
     #[test]
