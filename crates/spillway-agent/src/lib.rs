@@ -3,7 +3,7 @@
 //! utilization. The agent pulls; the daemon never connects to it.
 //!
 //! Modules: [`agent`] (the heartbeat loop and when to give up), [`client`] (the HTTP call), [`runner`] (the
-//! processes), [`spawn`] (the job contract), [`history`] (no worker starts twice), [`user`] (`--run-as`), [`gpus`]
+//! processes), [`spawn`] (the job contract), [`history`] (no worker starts twice), [`escaped`] (processes that left a worker's group), [`user`] (`--run-as`), [`gpus`]
 //! (virtual GPU bookkeeping), [`checkpoint`], [`signals`], [`nvml`].
 
 // The agent is an imperative shell around processes and the network: heartbeat periods, stop graces and
@@ -13,6 +13,7 @@
 pub mod agent;
 pub mod checkpoint;
 pub mod client;
+pub mod escaped;
 pub mod gpus;
 pub mod history;
 pub mod imds;

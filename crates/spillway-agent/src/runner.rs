@@ -9,6 +9,7 @@ use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::checkpoint::newest_mtime;
+use crate::escaped::{signal_escaped, worker_tag};
 use crate::gpus::{GpuPool, visible_devices};
 use crate::history::History;
 use crate::signals::{parse_signal, signal_group};
@@ -30,6 +31,17 @@ struct Worker {
     last_checkpoint: SystemTime,
     /// When a stop order's grace runs out: SIGKILL the group then.
     kill_at: Option<Instant>,
+    /// The tag its processes carry in their environment (see [`crate::escaped`]).
+    tag: String,
+}
+
+impl Worker {
+    /// Sends `sig` to the worker's process group and to the processes it started that left the group; returns
+    /// whether any process got it.
+    fn signal(&self, sig: libc::c_int) -> bool {
+        let group = signal_group(self.pgid, sig);
+        signal_escaped(&self.tag, self.pgid, sig) > 0 || group
+    }
 }
 
 /// What [`Runner::start`] did with an assignment.
@@ -132,8 +144,9 @@ impl Runner {
         // Taken before the spawn: a checkpoint the new process writes at once must count as newer.
         let started = SystemTime::now();
         let user = self.run_as.as_ref();
-        let placement =
-            Placement { node: self.node, gpus: &gpus, checkpoint_dir: &checkpoint_dir, log_path: &log_path, user };
+        let tag = worker_tag(self.node, &w);
+        let (node, log_path) = (self.node, log_path.as_path());
+        let placement = Placement { node, gpus: &gpus, checkpoint_dir: &checkpoint_dir, log_path, user, tag: &tag };
         match spawn_worker(a, &placement) {
             Ok(child) => {
                 let pid = child.id();
@@ -146,6 +159,7 @@ impl Runner {
                     checkpoint_dir,
                     last_checkpoint: started,
                     kill_at: None,
+                    tag,
                 };
                 self.running.insert(w, worker);
                 StartOutcome::Started { pid, gpus }
@@ -154,7 +168,7 @@ impl Runner {
                 self.gpus.release(w);
                 let text = format!("{e:#}");
                 let line = format!("spillway agent node {}: cannot start worker: {text}", self.node);
-                append_log_line(&log_path, self.run_as.as_ref(), &line);
+                append_log_line(log_path, self.run_as.as_ref(), &line);
                 self.log(&format!("could not start {}: {text}", name(&w)));
                 self.record_exit(WorkerExit { worker: w, code: Some(SPAWN_FAILED_CODE), success: false, signal: None });
                 StartOutcome::Failed(text)
@@ -175,7 +189,7 @@ impl Runner {
             eprintln!("agent node {node}: unknown signal {:?} in stop order, sending SIGTERM", order.signal);
             libc::SIGTERM
         });
-        signal_group(worker.pgid, sig);
+        worker.signal(sig);
         worker.kill_at = Some(Instant::now() + Duration::from_millis(order.grace_ms));
         self.log(&format!("stopping {} with signal {sig} (grace {} ms)", name(&order.worker), order.grace_ms));
         true
@@ -192,7 +206,7 @@ impl Runner {
             match worker.child.try_wait() {
                 Ok(Some(status)) => finished.push((*w, Some(status))),
                 Ok(None) => {
-                    if worker.kill_at.is_some_and(|t| now >= t) && signal_group(worker.pgid, libc::SIGKILL) {
+                    if worker.kill_at.is_some_and(|t| now >= t) && worker.signal(libc::SIGKILL) {
                         eprintln!("agent node {}: grace over, killed {}", self.node, name(w));
                     }
                 }
@@ -207,9 +221,9 @@ impl Runner {
         }
         for (w, status) in finished {
             let Some(worker) = self.running.remove(&w) else { continue };
-            // Whatever the leader left behind in its group would hold GPUs it no longer owns. The group id cannot
-            // have been reused yet: the pid was reaped just now.
-            signal_group(worker.pgid, libc::SIGKILL);
+            // Whatever the leader left behind, in its group or out of it, would hold GPUs it no longer owns. The
+            // group id cannot have been reused yet: the pid was reaped just now.
+            worker.signal(libc::SIGKILL);
             self.gpus.release(w);
             let (code, signal) = (status.and_then(|s| s.code()), status.and_then(|s| s.signal()));
             let how = status.map(|s| describe(&s)).unwrap_or_else(|| "unknown status".into());
@@ -253,7 +267,7 @@ impl Runner {
     pub fn kill_all(&mut self) {
         let workers = std::mem::take(&mut self.running);
         for (w, mut worker) in workers {
-            signal_group(worker.pgid, libc::SIGKILL);
+            worker.signal(libc::SIGKILL);
             // The leader too, in case it moved itself out of its group.
             let _ = worker.child.kill();
             let (code, signal) = match worker.child.wait() {
@@ -274,7 +288,7 @@ impl Runner {
     pub fn shutdown(&mut self, grace: Duration) {
         for (w, worker) in self.running.iter_mut() {
             if worker.kill_at.is_none() {
-                signal_group(worker.pgid, libc::SIGTERM);
+                worker.signal(libc::SIGTERM);
                 eprintln!("agent node {}: stopping {} with SIGTERM (agent shutting down)", self.node, name(w));
             }
         }

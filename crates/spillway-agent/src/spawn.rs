@@ -134,10 +134,12 @@ pub struct Placement<'a> {
     pub checkpoint_dir: &'a Path,
     pub log_path: &'a Path,
     pub user: Option<&'a RunAs>,
+    /// The worker's tag ([`crate::escaped::TAG_VAR`]), so a process that leaves its group can still be stopped.
+    pub tag: &'a str,
 }
 
 /// Starts the worker: `argv` run directly (never through a shell), in its own process group (so a stop reaches
-/// everything it forked), stdin from /dev/null, stdout and stderr appended to its log, with [`worker_env`] only,
+/// everything it forked), tagged (so a stop reaches what leaves the group too), stdin from /dev/null, stdout and stderr appended to its log, with [`worker_env`] only,
 /// and as `p.user` when given. Creates the checkpoint directory and log (see [`create_checkpoint_dir`],
 /// [`open_log`]). Returns the child, or an error naming what failed (the caller reports it as exit code 127).
 pub fn spawn_worker(a: &Assignment, p: &Placement) -> Result<Child> {
@@ -153,6 +155,7 @@ pub fn spawn_worker(a: &Assignment, p: &Placement) -> Result<Child> {
         // A clean slate: the agent's environment is the daemon's (and held the node token once).
         .env_clear()
         .envs(worker_env(a, p.node, p.gpus, p.checkpoint_dir, std::env::var_os("PATH")))
+        .env(crate::escaped::TAG_VAR, p.tag)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)

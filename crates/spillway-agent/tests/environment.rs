@@ -31,6 +31,8 @@ fn workers_get_a_clean_environment() {
     for want in ["JOB_VAR=mine", "SPILLWAY_JOB_ID=11", "CUDA_VISIBLE_DEVICES=0"] {
         assert!(env.lines().any(|l| l == want), "missing {want:?} in\n{env}");
     }
+    let tag = format!("SPILLWAY_WORKER_TAG={}-", std::process::id());
+    assert!(env.lines().any(|l| l.starts_with(&tag) && l.ends_with("-2-11-1-0")), "no worker tag in\n{env}");
     let path = std::env::var("PATH").unwrap_or_else(|_| spillway_agent::spawn::DEFAULT_PATH.into());
     assert!(env.lines().any(|l| l == format!("PATH={path}")), "the agent's PATH, to find programs:\n{env}");
     // Nothing else, bar the PWD the shell sets itself.
@@ -52,6 +54,7 @@ fn workers_get_a_clean_environment() {
         "SPILLWAY_MAX_WORKERS",
         "SPILLWAY_RDZV_ID",
         "SPILLWAY_RDZV_ENDPOINT",
+        "SPILLWAY_WORKER_TAG",
     ];
     for line in env.lines() {
         let name = line.split('=').next().unwrap_or_default();

@@ -384,3 +384,65 @@ fn run_as_enters_the_workdir_as_the_user() {
     let log = std::fs::read_to_string(dir.join("logs/16.log")).unwrap();
     assert_eq!(log.trim(), dir.display().to_string());
 }
+
+/// Whether process `pid` runs (exists and is not a zombie).
+fn running(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.split_whitespace().next() != Some("Z"))
+}
+
+/// Starts, in its own session, a process that writes its pid to `pid_file` and runs until signalled, noting a
+/// SIGTERM in `note`; returns the script line that does so, and waits until the pid is written.
+fn escape(pid_file: &std::path::Path, note: &std::path::Path) -> String {
+    let (p, n) = (pid_file.display(), note.display());
+    format!(
+        "setsid sh -c 'trap \"echo term > {n}; exit 0\" TERM; echo $$ > {p}.tmp; mv {p}.tmp {p}; \
+         while true; do sleep 0.05; done' & while [ ! -s {p} ]; do sleep 0.02; done"
+    )
+}
+
+/// Asserts that process `pid` ends within 5 s (`what`: why it should); SIGKILLs it first where it does not, so a
+/// failing test leaves nothing running.
+fn assert_ends(pid: i32, what: &str) {
+    if wait_for(Duration::from_secs(5), || (!running(pid)).then_some(())).is_none() {
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        panic!("process {pid}, which left the worker's group, still ran {what}");
+    }
+}
+
+/// Reads the pid `escape` wrote.
+fn escaped_pid(pid_file: &std::path::Path) -> i32 {
+    wait_for(Duration::from_secs(5), || std::fs::read_to_string(pid_file).ok()?.trim().parse().ok())
+        .expect("the escaped process wrote its pid")
+}
+
+#[test]
+fn a_process_that_left_its_workers_group_ends_with_the_worker() {
+    let dir = scratch("escape");
+    let mut r = Runner::new(1, 0, &dir);
+    // The worker leaves a process in a session of its own behind and exits: a signal to its group misses it.
+    let (pid_file, note) = (dir.join("left.pid"), dir.join("left.term"));
+    r.start(&sh(1, 0, &dir, &format!("{}; exit 0", escape(&pid_file, &note))));
+    let exit = wait_exit(&mut r, 1, Duration::from_secs(10)).expect("the worker exits");
+    assert_eq!(exit.code, Some(0));
+    let pid = escaped_pid(&pid_file);
+    assert_ends(pid, "after the worker ended");
+
+    // A stop order reaches it too, as the signal the order names (it may checkpoint), before the grace runs out
+    // (the worker takes a second to exit: once it has, what it left behind is killed at once).
+    let (pid_file, note) = (dir.join("stopped.pid"), dir.join("stopped.term"));
+    let a = sh(
+        2,
+        0,
+        &dir,
+        &format!("{}; trap 'sleep 1; exit 0' TERM; while true; do sleep 0.05; done", escape(&pid_file, &note)),
+    );
+    r.start(&a);
+    let pid = escaped_pid(&pid_file);
+    std::thread::sleep(Duration::from_millis(200)); // let the worker install its trap
+    assert!(r.stop(&StopOrder { worker: a.worker, grace_ms: 5000, signal: "SIGTERM".into() }));
+    wait_exit(&mut r, 2, Duration::from_secs(4)).expect("the worker exits before its grace");
+    assert_ends(pid, "after its worker was stopped");
+    let noted = std::fs::read_to_string(&note).unwrap_or_default();
+    assert!(noted.contains("term"), "the process that left the group never got the stop's SIGTERM");
+}
