@@ -682,7 +682,25 @@ impl Engine {
         if !n.alive() {
             return Ok(());
         }
-        for job in n.jobs.clone() {
+        let (jobs, pool, up) = (n.jobs.clone(), n.pool, (self.now - n.requested_at).max(0));
+        let name = self.cfg.pools[pool].name.clone();
+        // Before its jobs' requeues, which say their node was lost: this says which and when it went.
+        self.record(
+            DecisionKind::NodeLost,
+            || format!("node:{}", node.0),
+            "node_lost",
+            || {
+                let ran = match jobs.len() {
+                    0 => "no job".to_string(),
+                    n => format!(
+                        "{n} job(s) ({}), requeued",
+                        jobs.iter().map(|j| j.0.to_string()).collect::<Vec<_>>().join(", ")
+                    ),
+                };
+                format!("pool {name}: lost after {} up, running {ran}", crate::time::fmt_ms(up))
+            },
+        );
+        for job in jobs {
             self.requeue(job, StopReason::NodeLost);
         }
         self.c.node_end(node, NodeState::Lost, self.now);

@@ -240,6 +240,8 @@ pub enum DecisionKind {
     ScaleIn,
     LaunchFailed,
     NodeKept,
+    /// A node went away without Spillway removing it (its agent fell silent, the provider or scheduler lost it).
+    NodeLost,
     Interruption,
     Fallback,
     /// An operator changed a pool's bounds or protection, or a node's protection.

@@ -2,8 +2,8 @@
 //! chosen instants, collects the actions it asks for, and checks the engine's invariants after every step.
 
 use spillway_core::{
-    Action, Event, JobId, JobSpec, JobState, LaunchError, Market, NodeId, NodeState, PendingReason, StopReason,
-    SubmitError,
+    Action, DecisionKind, Event, JobId, JobSpec, JobState, LaunchError, Market, NodeId, NodeState, PendingReason,
+    StopReason, SubmitError,
 };
 
 mod common;
@@ -902,6 +902,20 @@ fn a_lost_node_requeues_its_jobs_and_they_start_again_elsewhere() {
     assert_ne!(p[0].0, on);
     assert_eq!(h.job(job).attempt, 2);
     assert_eq!(h.node(on).state, NodeState::Lost);
+    // The node's loss is on record, before the requeue it caused, naming the job.
+    let lost = h.records_of(DecisionKind::NodeLost, "node_lost");
+    assert_eq!(lost.len(), 1);
+    assert_eq!(lost[0].subject, format!("node:{}", on.0));
+    assert!(lost[0].detail.contains(&format!("({})", job.0)), "{}", lost[0].detail);
+    let kinds: Vec<DecisionKind> = h.records.iter().map(|d| d.kind).collect();
+    let (l, r) = (
+        kinds.iter().position(|&k| k == DecisionKind::NodeLost),
+        kinds.iter().position(|&k| k == DecisionKind::JobRequeued),
+    );
+    assert!(l < r, "{kinds:?}");
+    // A repeat of the loss records nothing more.
+    h.event(Event::NodeLost { node: on });
+    assert_eq!(h.records_of(DecisionKind::NodeLost, "node_lost").len(), 1);
 }
 
 #[test]

@@ -31,7 +31,7 @@ pub fn parse_job_state(name: &str) -> Option<JobState> {
 
 /// Every kind of recorded decision. [`decision_kind`] matches exhaustively, so a new kind fails the build there
 /// until it is named; add it here too (a test checks the two agree with the engine's serialized names).
-pub const DECISION_KINDS: [DecisionKind; 15] = [
+pub const DECISION_KINDS: [DecisionKind; 16] = [
     DecisionKind::JobStarted,
     DecisionKind::JobPending,
     DecisionKind::JobPreempted,
@@ -43,6 +43,7 @@ pub const DECISION_KINDS: [DecisionKind; 15] = [
     DecisionKind::ScaleIn,
     DecisionKind::LaunchFailed,
     DecisionKind::NodeKept,
+    DecisionKind::NodeLost,
     DecisionKind::Interruption,
     DecisionKind::Fallback,
     DecisionKind::Admin,
@@ -63,6 +64,7 @@ pub fn decision_kind(k: DecisionKind) -> &'static str {
         DecisionKind::ScaleIn => "scale_in",
         DecisionKind::LaunchFailed => "launch_failed",
         DecisionKind::NodeKept => "node_kept",
+        DecisionKind::NodeLost => "node_lost",
         DecisionKind::Interruption => "interruption",
         DecisionKind::Fallback => "fallback",
         DecisionKind::Admin => "admin",
