@@ -118,7 +118,7 @@ pub fn resolve(cfg: &Config, arg: &str) -> Result<OfferingPrice, SpotTraceError>
         offering.split_once(':').ok_or_else(|| bad(format!("offering `{offering}` is not POOL:INSTANCE_TYPE")))?;
     crate::spot::check_offering(cfg, pool, it).map_err(bad)?;
     let path = Path::new(file);
-    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("reading {}: {e}", path.display())))?;
+    let text = crate::trace::read_text(path).map_err(|e| bad(format!("reading {}: {e}", path.display())))?;
     let trace = if file.ends_with(".csv") {
         parse_csv(file, &text)?
     } else {

@@ -100,8 +100,7 @@ impl std::str::FromStr for Polarity {
 /// for a 0/1 trace whose file does not say its own.
 pub fn load_json(path: &Path, polarity: Polarity) -> Result<SpotTrace, SpotTraceError> {
     let file = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| SpotTraceError::Io { file: file.clone(), message: e.to_string() })?;
+    let text = crate::trace::read_text(path).map_err(|message| SpotTraceError::Io { file: file.clone(), message })?;
     parse_json(&file, &text, polarity)
 }
 
@@ -180,8 +179,7 @@ pub fn parse_json(file: &str, text: &str, polarity: Polarity) -> Result<SpotTrac
 /// yet removed.
 pub fn load_bamboo(path: &Path) -> Result<SpotTrace, SpotTraceError> {
     let file = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| SpotTraceError::Io { file: file.clone(), message: e.to_string() })?;
+    let text = crate::trace::read_text(path).map_err(|message| SpotTraceError::Io { file: file.clone(), message })?;
     parse_bamboo(&file, &text)
 }
 
@@ -345,6 +343,10 @@ max_nodes = 2
         assert_eq!(first(&arg(":available"), Polarity::Unavailable), (0, None));
         let e = resolve(&cfg, &arg(":upside-down"), Polarity::Available).unwrap_err().to_string();
         assert!(e.contains("polarity") && e.contains("upside-down"), "{e}");
+        // A file that is not text names the line of its first bad byte.
+        std::fs::write(&file, b"{\"metadata\": {\"gap_seconds\": 600},\n\"data\": [1, \xff0]}").unwrap();
+        let e = resolve(&cfg, &arg(""), Polarity::Available).unwrap_err().to_string();
+        assert!(e.contains("z.json") && e.contains("line 2") && e.contains("not UTF-8"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 

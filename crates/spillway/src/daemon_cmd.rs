@@ -160,7 +160,7 @@ fn run_daemon(a: ServerArgs, started: impl FnOnce(&Started, Box<dyn Fn() + Send>
     let (name, text) = match &a.config {
         Some(p) => (
             p.display().to_string(),
-            std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?,
+            spillway_sim::trace::read_text(p).map_err(|e| anyhow::anyhow!("reading config {}: {e}", p.display()))?,
         ),
         None => ("<built-in examples/local.toml>".to_string(), LOCAL_CONFIG.to_string()),
     };

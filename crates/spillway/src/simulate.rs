@@ -134,7 +134,7 @@ pub fn load_config(path: Option<&Path>) -> Result<Config> {
     let (name, text) = match path {
         Some(p) => (
             p.display().to_string(),
-            std::fs::read_to_string(p).with_context(|| format!("reading config {}", p.display()))?,
+            spillway_sim::trace::read_text(p).map_err(|e| anyhow::anyhow!("reading config {}: {e}", p.display()))?,
         ),
         None => ("<built-in examples/hybrid.toml>".to_string(), BUILTIN_CONFIG.to_string()),
     };
@@ -385,7 +385,8 @@ fn spot_prices(
         if file.ends_with(".csv") || out.iter().any(|p| p.pool == t.pool && p.instance_type == t.instance_type) {
             continue;
         }
-        let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+        let text =
+            spillway_sim::trace::read_text(Path::new(file)).map_err(|e| anyhow::anyhow!("reading {file}: {e}"))?;
         if let Some(trace) = spillway_sim::price::parse_json(file, &text)? {
             let (pool, instance_type) = (t.pool.clone(), t.instance_type.clone());
             out.push(spillway_sim::price::OfferingPrice { pool, instance_type, trace });

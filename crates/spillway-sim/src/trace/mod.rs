@@ -125,7 +125,7 @@ fn read_file(path: &Path) -> Result<String, TraceError> {
 }
 
 /// Reads a whole text file; an error says why, naming the line of the first byte that is not UTF-8.
-pub(crate) fn read_text(path: &Path) -> Result<String, String> {
+pub fn read_text(path: &Path) -> Result<String, String> {
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
