@@ -3,55 +3,130 @@
 //! worker carries a tag in its environment ([`TAG_VAR`]) that whatever it starts inherits; the agent signals the
 //! processes whose environment at their start holds the worker's tag.
 //!
-//! A process that starts another with an emptied environment drops the tag, and the agent cannot read the
-//! environment of another user's processes unless it is root: such processes still escape (cgroups would catch
-//! them, and need privileges or a delegated hierarchy the agent cannot count on).
+//! Best effort. A process escapes that starts another with the tag removed, or that renames itself over its
+//! environment (`setproctitle`, as some servers do when they daemonize); so does one whose environment the agent
+//! may not read (a non-dumpable process, unless the agent is root). cgroups would catch them all, and need
+//! privileges or a delegated hierarchy the agent cannot count on.
+//!
+//! Only processes that could be the worker's are read: its user's, started no earlier than it. So another user's
+//! processes, however many and however large their environments, cost a scan no more than a look at their
+//! `stat`, and no environment is read past [`ENV_READ_CAP`].
 
 use spillway_api::WorkerRef;
+use std::hash::{BuildHasher, Hasher};
+use std::io::Read;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The environment variable that tags a worker's processes.
 pub const TAG_VAR: &str = "SPILLWAY_WORKER_TAG";
 
+/// The most of a process's environment a scan reads: a job's own `env` is at most 64 KiB, beside `PATH` and the
+/// contract's variables; a process that grew it past this before it started another may hide the tag.
+const ENV_READ_CAP: u64 = 512 << 10;
+
+/// Passes a SIGKILL sweep makes at most: a process that forks and exits in a loop may have a new pid by the time
+/// a pass reaches it, so passes stop what they find and repeat until one finds nothing new.
+const KILL_PASSES: usize = 16;
+
 /// Tags handed out by this process so far.
 static TAGS: AtomicU64 = AtomicU64::new(0);
 
 /// Returns a new tag for worker `w` on node `node`: unique among the workers alive on this machine, where several
-/// agents (the local provider's nodes) may run workers of the same job (the agent's pid tells them apart) and one
-/// process may hold several runners (the count of tags handed out does).
+/// agents (the local provider's nodes, or several daemons' agents) may run workers of the same job. The agent's
+/// pid and a random number drawn once per process tell agents apart (a pid alone is reused), the count of tags
+/// handed out tells its workers apart.
 pub fn worker_tag(node: u32, w: &WorkerRef) -> String {
+    static NONCE: OnceLock<u64> = OnceLock::new();
+    // A fresh RandomState is seeded from the OS's randomness: no RNG crate needed for one number.
+    let nonce = *NONCE.get_or_init(|| std::collections::hash_map::RandomState::new().build_hasher().finish());
     let n = TAGS.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{n}-{node}-{}-{}-{}", std::process::id(), w.job, w.attempt, w.rank)
+    format!("{}-{nonce:016x}-{n}-{node}-{}-{}-{}", std::process::id(), w.job, w.attempt, w.rank)
 }
 
-/// Sends `sig` to every process outside process group `pgid` (which the caller signals as a whole, so no member
-/// gets the signal twice) whose environment at its start holds `TAG_VAR=tag`; returns how many it signalled.
-/// Skips the agent itself, and processes whose environment it may not read (or that are gone or zombies, whose
-/// environment reads empty).
-pub fn signal_escaped(tag: &str, pgid: i32, sig: libc::c_int) -> usize {
-    let entry = format!("{TAG_VAR}={tag}");
+/// Which processes may be a worker's: its tag, its user, its process group (which the caller signals as a whole,
+/// so no member gets a signal twice) and when its leader started.
+pub struct Scope<'a> {
+    pub tag: &'a str,
+    pub uid: u32,
+    pub pgid: i32,
+    /// The leader's start, in clock ticks after boot (`/proc/PID/stat` field 22); 0 where unknown.
+    pub since: u64,
+}
+
+/// Returns when process `pid` started, in clock ticks after boot, or `None` if it is gone.
+pub fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid ...: comm may hold spaces and parentheses, so count fields after the last ')'.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Sends `sig` to every process outside the scope's group whose environment at its start holds its tag; returns
+/// how many it signalled. A SIGKILL stops each one first and repeats the scan until a pass finds no new one (see
+/// [`KILL_PASSES`]), then kills them all. Skips the agent itself and pid 1.
+pub fn signal_escaped(scope: &Scope, sig: libc::c_int) -> usize {
+    if sig != libc::SIGKILL {
+        return scan(scope, &[]).iter().filter(|&&pid| send(pid, sig)).count();
+    }
+    let mut stopped: Vec<i32> = Vec::new();
+    for _ in 0..KILL_PASSES {
+        let found = scan(scope, &stopped);
+        if found.is_empty() {
+            break;
+        }
+        // A stopped process cannot fork again before the kill.
+        stopped.extend(found.into_iter().filter(|&pid| send(pid, libc::SIGSTOP)));
+    }
+    stopped.iter().filter(|&&pid| send(pid, libc::SIGKILL)).count()
+}
+
+/// Sends `sig` to `pid`; returns whether it was delivered.
+fn send(pid: i32, sig: libc::c_int) -> bool {
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// Returns the processes of the scope, outside its group, that carry its tag, but those in `known`.
+fn scan(scope: &Scope, known: &[i32]) -> Vec<i32> {
+    let entry = format!("{TAG_VAR}={}", scope.tag);
     let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
-    let mut signalled = 0;
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut found = Vec::new();
     for e in dir.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        if pid <= 1 || pid as u32 == me {
+        if pid <= 1 || pid as u32 == me || known.contains(&pid) || !may_be_workers(scope, pid) {
             continue;
         }
-        let Ok(env) = std::fs::read(e.path().join("environ")) else { continue };
-        // Whole entries only: a tag must not match the start of a longer one.
-        if !env.split(|&b| b == 0).any(|v| v == entry.as_bytes()) {
+        // SAFETY: getpgid has no memory-safety preconditions.
+        if unsafe { libc::getpgid(pid) } == scope.pgid || !holds(pid, entry.as_bytes()) {
             continue;
         }
-        // SAFETY: getpgid and kill have no memory-safety preconditions.
-        if unsafe { libc::getpgid(pid) } == pgid {
-            continue;
-        }
-        if unsafe { libc::kill(pid, sig) } == 0 {
-            signalled += 1;
-        }
+        found.push(pid);
     }
-    signalled
+    found
+}
+
+/// Returns whether process `pid` may be one the scope's worker started: its user's (the real uid, which a
+/// non-dumpable process does not show as the owner of its `/proc` entry), and started no earlier than it.
+fn may_be_workers(scope: &Scope, pid: i32) -> bool {
+    if start_ticks(pid).is_none_or(|t| t < scope.since) {
+        return false;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    let real_uid = status.lines().find_map(|l| l.strip_prefix("Uid:")?.split_whitespace().next()?.parse::<u32>().ok());
+    real_uid == Some(scope.uid)
+}
+
+/// Returns whether process `pid`'s environment (its first [`ENV_READ_CAP`] bytes) holds `entry` as a whole entry
+/// (a tag must not match the start of a longer one).
+fn holds(pid: i32, entry: &[u8]) -> bool {
+    let Ok(f) = std::fs::File::open(format!("/proc/{pid}/environ")) else { return false };
+    let mut env = Vec::new();
+    if f.take(ENV_READ_CAP).read_to_end(&mut env).is_err() {
+        return false;
+    }
+    env.split(|&b| b == 0).any(|v| v == entry)
 }
 
 #[cfg(test)]
@@ -75,6 +150,48 @@ mod tests {
 
     #[test]
     fn a_tag_no_process_carries_signals_nothing() {
-        assert_eq!(signal_escaped("no-such-worker-tag", -1, 0), 0);
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let scope = Scope { tag: "no-such-worker-tag", uid, pgid: -1, since: 0 };
+        assert_eq!(signal_escaped(&scope, 0), 0);
+        assert_eq!(signal_escaped(&scope, libc::SIGKILL), 0);
+    }
+
+    #[test]
+    fn only_the_workers_user_and_processes_started_since_it_are_signalled() {
+        let tag = worker_tag(9, &WorkerRef { job: 1, attempt: 1, rank: 0 });
+        let mut sleep = std::process::Command::new("sleep");
+        let mut child =
+            std::os::unix::process::CommandExt::process_group(sleep.arg("30").env(TAG_VAR, &tag), 0).spawn().unwrap();
+        let pid = child.id() as i32;
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let started = start_ticks(pid).unwrap();
+        // Until it has exec'd, the child shows the test's environment, without the tag.
+        let entry = format!("{TAG_VAR}={tag}");
+        for _ in 0..200 {
+            if holds(pid, entry.as_bytes()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let scope = |uid: u32, since: u64| Scope { tag: &tag, uid, pgid: -1, since };
+        // Signal 0 checks delivery only.
+        assert_eq!(signal_escaped(&scope(uid, started), 0), 1, "the worker's own process");
+        assert_eq!(signal_escaped(&scope(uid, started + 1), 0), 0, "started before the worker");
+        assert_eq!(signal_escaped(&scope(uid.wrapping_add(1), started), 0), 0, "another user's");
+        let other = format!("{tag}0");
+        assert_eq!(signal_escaped(&Scope { tag: &other, ..scope(uid, started) }, 0), 0, "a longer tag");
+        assert_eq!(signal_escaped(&Scope { pgid: pid, ..scope(uid, started) }, 0), 0, "in the group signalled anyway");
+        assert_eq!(signal_escaped(&scope(uid, started), libc::SIGKILL), 1);
+        let status = child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn the_agent_knows_when_it_started() {
+        let me = std::process::id() as i32;
+        assert!(start_ticks(me).is_some());
+        assert_eq!(start_ticks(-5), None);
     }
 }

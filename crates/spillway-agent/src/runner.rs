@@ -9,7 +9,7 @@ use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::checkpoint::newest_mtime;
-use crate::escaped::{signal_escaped, worker_tag};
+use crate::escaped::{Scope, signal_escaped, start_ticks, worker_tag};
 use crate::gpus::{GpuPool, visible_devices};
 use crate::history::History;
 use crate::signals::{parse_signal, signal_group};
@@ -31,8 +31,14 @@ struct Worker {
     last_checkpoint: SystemTime,
     /// When a stop order's grace runs out: SIGKILL the group then.
     kill_at: Option<Instant>,
-    /// The tag its processes carry in their environment (see [`crate::escaped`]).
+    /// The grace ran out and everything of the worker was killed (once: a leader that moved out of its group
+    /// is killed by its pid then, so its reaping is not waited for with a scan at every poll).
+    killed: bool,
+    /// The tag its processes carry in their environment, its user and its leader's start (see
+    /// [`crate::escaped`]).
     tag: String,
+    uid: u32,
+    since: u64,
 }
 
 impl Worker {
@@ -40,7 +46,8 @@ impl Worker {
     /// whether any process got it.
     fn signal(&self, sig: libc::c_int) -> bool {
         let group = signal_group(self.pgid, sig);
-        signal_escaped(&self.tag, self.pgid, sig) > 0 || group
+        let scope = Scope { tag: &self.tag, uid: self.uid, pgid: self.pgid, since: self.since };
+        signal_escaped(&scope, sig) > 0 || group
     }
 }
 
@@ -152,7 +159,12 @@ impl Runner {
                 let pid = child.id();
                 let who = self.run_as.as_ref().map(|u| format!(" as user {}", u.name)).unwrap_or_default();
                 self.log(&format!("started {} pid {pid} gpus {}{who}", name(&w), visible_devices(&gpus)));
+                // SAFETY: geteuid has no preconditions.
+                let uid = self.run_as.as_ref().map_or_else(|| unsafe { libc::geteuid() }, |u| u.uid);
                 let worker = Worker {
+                    since: start_ticks(pid as i32).unwrap_or(0),
+                    uid,
+                    killed: false,
                     child,
                     pgid: pid as i32,
                     gpus: gpus.clone(),
@@ -206,7 +218,11 @@ impl Runner {
             match worker.child.try_wait() {
                 Ok(Some(status)) => finished.push((*w, Some(status))),
                 Ok(None) => {
-                    if worker.kill_at.is_some_and(|t| now >= t) && worker.signal(libc::SIGKILL) {
+                    if !worker.killed && worker.kill_at.is_some_and(|t| now >= t) {
+                        worker.killed = true;
+                        worker.signal(libc::SIGKILL);
+                        // The leader too, in case it moved itself out of its group.
+                        let _ = worker.child.kill();
                         eprintln!("agent node {}: grace over, killed {}", self.node, name(w));
                     }
                 }

@@ -40,7 +40,8 @@ pub fn contract_env(a: &Assignment, node: u32, gpus: &[u32], checkpoint_dir: &Pa
         ("SPILLWAY_CHECKPOINT_DIR".into(), checkpoint_dir.to_string_lossy().into_owned()),
         ("CUDA_VISIBLE_DEVICES".into(), visible_devices(gpus)),
         ("RANK".into(), a.worker.rank.to_string()),
-        // One worker per node per job: its local rank is always 0.
+        // Each worker sees only its own GPUs (CUDA_VISIBLE_DEVICES), so its first is device 0 to it, even where
+        // two workers of a job share a node: its local rank is always 0.
         ("LOCAL_RANK".into(), "0".into()),
         ("WORLD_SIZE".into(), a.world_size.to_string()),
         ("MASTER_ADDR".into(), a.master_addr.clone()),
