@@ -13,6 +13,7 @@
 //! `stat`, and no environment is read past [`ENV_READ_CAP`].
 
 use spillway_api::WorkerRef;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
 use std::sync::OnceLock;
@@ -54,68 +55,124 @@ pub struct Scope<'a> {
     pub since: u64,
 }
 
+/// What a scan reads of a process's `stat`.
+struct Stat {
+    pgid: i32,
+    /// When it started, in clock ticks after boot.
+    start: u64,
+    zombie: bool,
+}
+
+/// Returns what a scan reads of process `pid`'s `stat`, or `None` if it is gone.
+fn stat(pid: i32) -> Option<Stat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so count fields after the last ')'.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let zombie = fields.next()? == "Z";
+    let pgid = fields.nth(1)?.parse().ok()?;
+    Some(Stat { pgid, start: fields.nth(16)?.parse().ok()?, zombie })
+}
+
 /// Returns when process `pid` started, in clock ticks after boot, or `None` if it is gone.
 pub fn start_ticks(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // pid (comm) state ppid ...: comm may hold spaces and parentheses, so count fields after the last ')'.
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    stat(pid).map(|s| s.start)
 }
 
 /// Sends `sig` to every process outside the scope's group whose environment at its start holds its tag; returns
-/// how many it signalled. A SIGKILL stops each one first and repeats the scan until a pass finds no new one (see
-/// [`KILL_PASSES`]), then kills them all. Skips the agent itself and pid 1.
-pub fn signal_escaped(scope: &Scope, sig: libc::c_int) -> usize {
-    if sig != libc::SIGKILL {
-        return scan(scope, &[]).iter().filter(|&&pid| send(pid, sig)).count();
-    }
-    let mut stopped: Vec<i32> = Vec::new();
-    for _ in 0..KILL_PASSES {
-        let found = scan(scope, &stopped);
-        if found.is_empty() {
+/// how many processes and groups it signalled. Where every member of a process group carries the tag (a worker's
+/// process that called `setsid`, and what it forked since), the group gets the signal, which no fork can dodge.
+/// A SIGKILL stops the other tagged processes it finds and repeats the scan until a pass finds no new one (see
+/// [`KILL_PASSES`]), then kills them. Skips the agent itself, its group and pid 1.
+///
+/// `known` are the worker's groups found so far (a stop's SIGTERM finds a group, its SIGKILL comes later): each
+/// is signalled again unless a pass sees a member of it that is not the worker's. A process that forks and exits
+/// in a loop once told to stop is seldom seen alive by a scan, but its group stays the same.
+pub fn signal_escaped(scope: &Scope, sig: libc::c_int, known: &mut BTreeSet<i32>) -> usize {
+    let mut sweep = Sweep { groups: std::mem::take(known), ..Sweep::default() };
+    let passes = if sig == libc::SIGKILL { KILL_PASSES } else { 1 };
+    let mut stopped = Vec::new();
+    let mut signalled = 0;
+    for _ in 0..passes {
+        let (pids, groups) = sweep.pass(scope);
+        signalled += groups.iter().filter(|&&g| send(-g, sig)).count();
+        if sig != libc::SIGKILL {
+            *known = sweep.groups;
+            return signalled + pids.iter().filter(|&&pid| send(pid, sig)).count();
+        }
+        if pids.is_empty() && groups.is_empty() {
             break;
         }
         // A stopped process cannot fork again before the kill.
-        stopped.extend(found.into_iter().filter(|&pid| send(pid, libc::SIGSTOP)));
+        stopped.extend(pids.into_iter().filter(|&pid| send(pid, libc::SIGSTOP)));
     }
-    stopped.iter().filter(|&&pid| send(pid, libc::SIGKILL)).count()
+    *known = sweep.groups;
+    signalled + stopped.iter().filter(|&&pid| send(pid, libc::SIGKILL)).count()
 }
 
-/// Sends `sig` to `pid`; returns whether it was delivered.
+/// Sends `sig` to `pid` (a group where negative); returns whether it was delivered.
 fn send(pid: i32, sig: libc::c_int) -> bool {
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
-/// Returns the processes of the scope, outside its group, that carry its tag, but those in `known`.
-fn scan(scope: &Scope, known: &[i32]) -> Vec<i32> {
-    let entry = format!("{TAG_VAR}={}", scope.tag);
-    let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let mut found = Vec::new();
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        if pid <= 1 || pid as u32 == me || known.contains(&pid) || !may_be_workers(scope, pid) {
-            continue;
-        }
-        // SAFETY: getpgid has no memory-safety preconditions.
-        if unsafe { libc::getpgid(pid) } == scope.pgid || !holds(pid, entry.as_bytes()) {
-            continue;
-        }
-        found.push(pid);
-    }
-    found
+/// What the passes of one sweep learnt: the processes (by pid and start, as pids are reused) found tagged and
+/// those read and found not, so a later pass reads only processes new to it; the worker's groups, and which of
+/// them this sweep signalled.
+#[derive(Default)]
+struct Sweep {
+    tagged: BTreeSet<(i32, u64)>,
+    untagged: BTreeSet<(i32, u64)>,
+    groups: BTreeSet<i32>,
+    signalled: BTreeSet<i32>,
 }
 
-/// Returns whether process `pid` may be one the scope's worker started: its user's (the real uid, which a
-/// non-dumpable process does not show as the owner of its `/proc` entry), and started no earlier than it.
-fn may_be_workers(scope: &Scope, pid: i32) -> bool {
-    if start_ticks(pid).is_none_or(|t| t < scope.since) {
-        return false;
+impl Sweep {
+    /// Returns the tagged processes new to this sweep outside the scope's group and outside the worker's groups,
+    /// and the worker's groups it has not signalled yet: those all of whose members seen are tagged (never the
+    /// scope's, the agent's, or one <= 1), found now or before (then also where no member was seen).
+    fn pass(&mut self, scope: &Scope) -> (Vec<i32>, Vec<i32>) {
+        let entry = format!("{TAG_VAR}={}", scope.tag);
+        let me = std::process::id() as i32;
+        // SAFETY: getpgid has no memory-safety preconditions.
+        let own_group = unsafe { libc::getpgid(0) };
+        let Ok(dir) = std::fs::read_dir("/proc") else { return (Vec::new(), Vec::new()) };
+        // Per process group: whether every member seen is tagged.
+        let mut pure: BTreeMap<i32, bool> = BTreeMap::new();
+        let mut new = Vec::new();
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            // A zombie is dead, whoever's it was (a process that forks and exits in a loop leaves many behind).
+            let Some(Stat { pgid, start, zombie: false }) = stat(pid) else { continue };
+            let key = (pid, start);
+            let tagged = if self.tagged.contains(&key) {
+                true
+            } else if self.untagged.contains(&key) || pid <= 1 || pid == me || pgid == scope.pgid {
+                false
+            } else if start >= scope.since && real_uid(pid) == Some(scope.uid) && holds(pid, entry.as_bytes()) {
+                self.tagged.insert(key);
+                new.push((pid, pgid));
+                true
+            } else {
+                self.untagged.insert(key);
+                false
+            };
+            *pure.entry(pgid).or_insert(true) &= tagged;
+        }
+        let whole = |g: i32| pure.get(&g) == Some(&true) && g > 1 && g != own_group && g != scope.pgid;
+        self.groups.extend(new.iter().map(|&(_, g)| g).filter(|&g| whole(g)));
+        // A group seen with a member not the worker's is no longer one of its own (its id was reused).
+        self.groups.retain(|g| pure.get(g) != Some(&false));
+        let groups: Vec<i32> = self.groups.iter().copied().filter(|&g| self.signalled.insert(g)).collect();
+        let pids = new.into_iter().filter(|&(_, g)| !self.groups.contains(&g)).map(|(pid, _)| pid).collect();
+        (pids, groups)
     }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
-    let real_uid = status.lines().find_map(|l| l.strip_prefix("Uid:")?.split_whitespace().next()?.parse::<u32>().ok());
-    real_uid == Some(scope.uid)
+}
+
+/// Returns process `pid`'s real uid (a non-dumpable process does not show it as the owner of its `/proc` entry).
+fn real_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:")?.split_whitespace().next()?.parse().ok())
 }
 
 /// Returns whether process `pid`'s environment (its first [`ENV_READ_CAP`] bytes) holds `entry` as a whole entry
@@ -153,8 +210,8 @@ mod tests {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
         let scope = Scope { tag: "no-such-worker-tag", uid, pgid: -1, since: 0 };
-        assert_eq!(signal_escaped(&scope, 0), 0);
-        assert_eq!(signal_escaped(&scope, libc::SIGKILL), 0);
+        assert_eq!(signal_escaped(&scope, 0, &mut BTreeSet::new()), 0);
+        assert_eq!(signal_escaped(&scope, libc::SIGKILL, &mut BTreeSet::new()), 0);
     }
 
     #[test]
@@ -176,14 +233,15 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let scope = |uid: u32, since: u64| Scope { tag: &tag, uid, pgid: -1, since };
+        let sweep = |s: &Scope, sig| signal_escaped(s, sig, &mut BTreeSet::new());
         // Signal 0 checks delivery only.
-        assert_eq!(signal_escaped(&scope(uid, started), 0), 1, "the worker's own process");
-        assert_eq!(signal_escaped(&scope(uid, started + 1), 0), 0, "started before the worker");
-        assert_eq!(signal_escaped(&scope(uid.wrapping_add(1), started), 0), 0, "another user's");
+        assert_eq!(sweep(&scope(uid, started), 0), 1, "the worker's own process");
+        assert_eq!(sweep(&scope(uid, started + 1), 0), 0, "started before the worker");
+        assert_eq!(sweep(&scope(uid.wrapping_add(1), started), 0), 0, "another user's");
         let other = format!("{tag}0");
-        assert_eq!(signal_escaped(&Scope { tag: &other, ..scope(uid, started) }, 0), 0, "a longer tag");
-        assert_eq!(signal_escaped(&Scope { pgid: pid, ..scope(uid, started) }, 0), 0, "in the group signalled anyway");
-        assert_eq!(signal_escaped(&scope(uid, started), libc::SIGKILL), 1);
+        assert_eq!(sweep(&Scope { tag: &other, ..scope(uid, started) }, 0), 0, "a longer tag");
+        assert_eq!(sweep(&Scope { pgid: pid, ..scope(uid, started) }, 0), 0, "in the group signalled anyway");
+        assert_eq!(sweep(&scope(uid, started), libc::SIGKILL), 1);
         let status = child.wait().unwrap();
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
     }

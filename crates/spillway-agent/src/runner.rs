@@ -2,7 +2,7 @@
 //! directly; the heartbeat loop (`agent.rs`) feeds it the daemon's orders and reports what it saw.
 
 use spillway_api::{Assignment, StopOrder, WorkerExit, WorkerRef};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
@@ -39,15 +39,17 @@ struct Worker {
     tag: String,
     uid: u32,
     since: u64,
+    /// The process groups of its own it started, found by earlier signals (see [`signal_escaped`]).
+    groups: BTreeSet<i32>,
 }
 
 impl Worker {
     /// Sends `sig` to the worker's process group and to the processes it started that left the group; returns
     /// whether any process got it.
-    fn signal(&self, sig: libc::c_int) -> bool {
+    fn signal(&mut self, sig: libc::c_int) -> bool {
         let group = signal_group(self.pgid, sig);
         let scope = Scope { tag: &self.tag, uid: self.uid, pgid: self.pgid, since: self.since };
-        signal_escaped(&scope, sig) > 0 || group
+        signal_escaped(&scope, sig, &mut self.groups) > 0 || group
     }
 }
 
@@ -165,6 +167,7 @@ impl Runner {
                     since: start_ticks(pid as i32).unwrap_or(0),
                     uid,
                     killed: false,
+                    groups: BTreeSet::new(),
                     child,
                     pgid: pid as i32,
                     gpus: gpus.clone(),
@@ -236,7 +239,7 @@ impl Runner {
             }
         }
         for (w, status) in finished {
-            let Some(worker) = self.running.remove(&w) else { continue };
+            let Some(mut worker) = self.running.remove(&w) else { continue };
             // Whatever the leader left behind, in its group or out of it, would hold GPUs it no longer owns. The
             // group id cannot have been reused yet: the pid was reaped just now.
             worker.signal(libc::SIGKILL);
