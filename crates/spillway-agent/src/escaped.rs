@@ -16,6 +16,7 @@ use spillway_api::WorkerRef;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -80,34 +81,38 @@ pub fn start_ticks(pid: i32) -> Option<u64> {
 }
 
 /// Sends `sig` to every process outside the scope's group whose environment at its start holds its tag; returns
-/// how many processes and groups it signalled. Where every member of a process group carries the tag (a worker's
-/// process that called `setsid`, and what it forked since), the group gets the signal, which no fork can dodge.
-/// A SIGKILL stops the other tagged processes it finds and repeats the scan until a pass finds no new one (see
-/// [`KILL_PASSES`]), then kills them. Skips the agent itself, its group and pid 1.
+/// how many processes and groups it signalled. Where a process group holds only the worker's processes (a worker's
+/// process that called `setsid`, what it forked since, their zombies), the group gets the signal, which no fork
+/// can dodge. A SIGKILL stops the other tagged processes it finds and repeats the scan until a pass finds no new
+/// one (see [`KILL_PASSES`]), then kills them. Skips the agent itself, its group and pid 1.
 ///
 /// `known` are the worker's groups found so far (a stop's SIGTERM finds a group, its SIGKILL comes later): each
-/// is signalled again unless a pass sees a member of it that is not the worker's. A process that forks and exits
-/// in a loop once told to stop is seldom seen alive by a scan, but its group stays the same.
+/// is signalled again where a pass still finds only the worker's processes in it. A process that forks and exits
+/// in a loop once told to stop is seldom seen alive by a scan, but its group and its zombies stay.
+///
+/// Pids and group ids are reused once free, so nothing is signalled on a scan's word alone: a process through a
+/// pidfd opened when it was found (or, on kernels without them, after its start is read again), a group after a
+/// look at its members right before the signal.
 pub fn signal_escaped(scope: &Scope, sig: libc::c_int, known: &mut BTreeSet<i32>) -> usize {
     let mut sweep = Sweep { groups: std::mem::take(known), ..Sweep::default() };
     let passes = if sig == libc::SIGKILL { KILL_PASSES } else { 1 };
     let mut stopped = Vec::new();
     let mut signalled = 0;
     for _ in 0..passes {
-        let (pids, groups) = sweep.pass(scope);
-        signalled += groups.iter().filter(|&&g| send(-g, sig)).count();
+        let (found, groups) = sweep.pass(scope);
+        signalled += groups.iter().filter(|&&g| group_is_workers(scope, g) && send(-g, sig)).count();
         if sig != libc::SIGKILL {
             *known = sweep.groups;
-            return signalled + pids.iter().filter(|&&pid| send(pid, sig)).count();
+            return signalled + found.iter().filter(|p| p.send(sig)).count();
         }
-        if pids.is_empty() && groups.is_empty() {
+        if found.is_empty() && groups.is_empty() {
             break;
         }
         // A stopped process cannot fork again before the kill.
-        stopped.extend(pids.into_iter().filter(|&pid| send(pid, libc::SIGSTOP)));
+        stopped.extend(found.into_iter().filter(|p| p.send(libc::SIGSTOP)));
     }
     *known = sweep.groups;
-    signalled + stopped.iter().filter(|&&pid| send(pid, libc::SIGKILL)).count()
+    signalled + stopped.iter().filter(|p| p.send(libc::SIGKILL)).count()
 }
 
 /// Sends `sig` to `pid` (a group where negative); returns whether it was delivered.
@@ -116,57 +121,125 @@ fn send(pid: i32, sig: libc::c_int) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
-/// What the passes of one sweep learnt: the processes (by pid and start, as pids are reused) found tagged and
-/// those read and found not, so a later pass reads only processes new to it; the worker's groups, and which of
-/// them this sweep signalled.
+/// A tagged process a pass found, held by a pidfd where the kernel has them (Linux 5.3), so that a later signal
+/// cannot reach a process that got its pid after it ended.
+struct Found {
+    pid: i32,
+    start: u64,
+    fd: Option<OwnedFd>,
+}
+
+impl Found {
+    /// Holds process `pid`, if it is still the one that started at `start`.
+    fn open(pid: i32, start: u64) -> Option<Found> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor, or -1.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        // SAFETY: a descriptor pidfd_open just returned is open and ours alone.
+        let fd = i32::try_from(raw).ok().filter(|&fd| fd >= 0).map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+        // Once opened, the descriptor names the process the pid named then: the one found if it started then.
+        (stat(pid)?.start == start).then_some(Found { pid, start, fd })
+    }
+
+    /// Sends `sig` to the process; returns whether it was delivered.
+    fn send(&self, sig: libc::c_int) -> bool {
+        match &self.fd {
+            // SAFETY: the descriptor is open; a null siginfo is allowed.
+            Some(fd) => unsafe {
+                libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0)
+                    == 0
+            },
+            None => stat(self.pid).is_some_and(|s| s.start == self.start) && send(self.pid, sig),
+        }
+    }
+}
+
+/// What a scan makes of a process.
+#[derive(Clone, Copy, PartialEq)]
+enum Class {
+    /// A live process of the worker (its tag, its user, started since its leader).
+    Tagged,
+    /// A zombie of the worker's user started since its leader (it keeps its group id from being reused).
+    Remains,
+    /// Anything else.
+    Other,
+}
+
+/// What the passes of one sweep learnt: what each process (by pid and start, as pids are reused) is, so a later
+/// pass reads only processes new to it; the worker's groups, and which of them this sweep signalled.
 #[derive(Default)]
 struct Sweep {
-    tagged: BTreeSet<(i32, u64)>,
-    untagged: BTreeSet<(i32, u64)>,
+    seen: BTreeMap<(i32, u64), Class>,
     groups: BTreeSet<i32>,
     signalled: BTreeSet<i32>,
 }
 
 impl Sweep {
     /// Returns the tagged processes new to this sweep outside the scope's group and outside the worker's groups,
-    /// and the worker's groups it has not signalled yet: those all of whose members seen are tagged (never the
-    /// scope's, the agent's, or one <= 1), found now or before (then also where no member was seen).
-    fn pass(&mut self, scope: &Scope) -> (Vec<i32>, Vec<i32>) {
+    /// and the worker's groups it has not signalled yet: those in which this pass saw the worker's processes and
+    /// nothing else (never the scope's, the agent's, or one <= 1).
+    fn pass(&mut self, scope: &Scope) -> (Vec<Found>, Vec<i32>) {
         let entry = format!("{TAG_VAR}={}", scope.tag);
         let me = std::process::id() as i32;
         // SAFETY: getpgid has no memory-safety preconditions.
         let own_group = unsafe { libc::getpgid(0) };
         let Ok(dir) = std::fs::read_dir("/proc") else { return (Vec::new(), Vec::new()) };
-        // Per process group: whether every member seen is tagged.
-        let mut pure: BTreeMap<i32, bool> = BTreeMap::new();
+        // Per process group: (a member is the worker's, a member is not).
+        let mut members: BTreeMap<i32, (bool, bool)> = BTreeMap::new();
         let mut new = Vec::new();
         for e in dir.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            // A zombie is dead, whoever's it was (a process that forks and exits in a loop leaves many behind).
-            let Some(Stat { pgid, start, zombie: false }) = stat(pid) else { continue };
-            let key = (pid, start);
-            let tagged = if self.tagged.contains(&key) {
-                true
-            } else if self.untagged.contains(&key) || pid <= 1 || pid == me || pgid == scope.pgid {
-                false
-            } else if start >= scope.since && real_uid(pid) == Some(scope.uid) && holds(pid, entry.as_bytes()) {
-                self.tagged.insert(key);
-                new.push((pid, pgid));
-                true
-            } else {
-                self.untagged.insert(key);
-                false
+            let Some(Stat { pgid, start, zombie }) = stat(pid) else { continue };
+            let class = match self.seen.get(&(pid, start)) {
+                Some(&class) => class,
+                None => {
+                    let class = classify(scope, (pid, pgid, start, zombie), (me, &entry));
+                    self.seen.insert((pid, start), class);
+                    if class == Class::Tagged {
+                        new.push((pid, pgid, start));
+                    }
+                    class
+                }
             };
-            *pure.entry(pgid).or_insert(true) &= tagged;
+            let m = members.entry(pgid).or_default();
+            m.0 |= class != Class::Other;
+            m.1 |= class == Class::Other;
         }
-        let whole = |g: i32| pure.get(&g) == Some(&true) && g > 1 && g != own_group && g != scope.pgid;
-        self.groups.extend(new.iter().map(|&(_, g)| g).filter(|&g| whole(g)));
-        // A group seen with a member not the worker's is no longer one of its own (its id was reused).
-        self.groups.retain(|g| pure.get(g) != Some(&false));
+        let whole = |g: &i32| members.get(g) == Some(&(true, false)) && *g > 1 && *g != own_group && *g != scope.pgid;
+        self.groups.extend(new.iter().map(|&(_, g, _)| g).filter(whole));
+        self.groups.retain(whole);
         let groups: Vec<i32> = self.groups.iter().copied().filter(|&g| self.signalled.insert(g)).collect();
-        let pids = new.into_iter().filter(|&(_, g)| !self.groups.contains(&g)).map(|(pid, _)| pid).collect();
-        (pids, groups)
+        let alone = new.into_iter().filter(|&(_, g, _)| !self.groups.contains(&g));
+        (alone.filter_map(|(pid, _, start)| Found::open(pid, start)).collect(), groups)
     }
+}
+
+/// Returns what process (pid, pgid, start, zombie) is to the scope's worker; (`me`, `entry`): the agent's pid and
+/// the tag's environment entry.
+fn classify(scope: &Scope, (pid, pgid, start, zombie): (i32, i32, u64, bool), (me, entry): (i32, &str)) -> Class {
+    if pid <= 1 || pid == me || pgid == scope.pgid || start < scope.since || real_uid(pid) != Some(scope.uid) {
+        return Class::Other;
+    }
+    match (zombie, holds(pid, entry.as_bytes())) {
+        (true, _) => Class::Remains,
+        (false, true) => Class::Tagged,
+        (false, false) => Class::Other,
+    }
+}
+
+/// Returns whether process group `g` holds the scope's worker's processes and nothing else, by a look at each
+/// member's `stat` and `status` (its user, when it started) right before the group is signalled.
+fn group_is_workers(scope: &Scope, g: i32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return false };
+    let mut any = false;
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Some(st) = stat(pid).filter(|st| st.pgid == g) else { continue };
+        if st.start < scope.since || real_uid(pid) != Some(scope.uid) {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// Returns process `pid`'s real uid (a non-dumpable process does not show it as the owner of its `/proc` entry).
@@ -244,6 +317,40 @@ mod tests {
         assert_eq!(sweep(&scope(uid, started), libc::SIGKILL), 1);
         let status = child.wait().unwrap();
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn a_group_is_killed_whole_only_where_all_its_members_are_the_workers() {
+        let tag = worker_tag(9, &WorkerRef { job: 2, attempt: 1, rank: 0 });
+        // One group: a tagged `sleep`, and an untagged one beside it (started with an emptied environment).
+        let mut sh = std::process::Command::new("sh");
+        sh.args(["-c", "env -i sleep 30 & echo $! > \"$0\"; exec sleep 30"]);
+        let pid_file = std::env::temp_dir().join(format!("spillway-escaped-{}", std::process::id()));
+        sh.arg(&pid_file).env(TAG_VAR, &tag);
+        let mut child = std::os::unix::process::CommandExt::process_group(&mut sh, 0).spawn().unwrap();
+        let pid = child.id() as i32;
+        let entry = format!("{TAG_VAR}={tag}");
+        let mut other = None;
+        for _ in 0..300 {
+            other = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok());
+            if other.is_some() && holds(pid, entry.as_bytes()) && stat(pid).is_some_and(|s| !s.zombie) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let other = other.expect("the untagged sleep started");
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let scope = Scope { tag: &tag, uid, pgid: -1, since: start_ticks(pid).unwrap() };
+        assert!(!group_is_workers(&Scope { since: u64::MAX, ..scope }, pid), "members started before the worker");
+        let mut known = BTreeSet::new();
+        assert_eq!(signal_escaped(&scope, libc::SIGKILL, &mut known), 1);
+        assert!(known.is_empty(), "a group with a member that is not the worker's: {known:?}");
+        let status = child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+        assert!(stat(other).is_some_and(|s| !s.zombie), "the untagged process was killed with the group");
+        send(other, libc::SIGKILL);
+        std::fs::remove_file(&pid_file).ok();
     }
 
     #[test]

@@ -48,9 +48,27 @@ impl Worker {
     /// whether any process got it.
     fn signal(&mut self, sig: libc::c_int) -> bool {
         let group = signal_group(self.pgid, sig);
-        let scope = Scope { tag: &self.tag, uid: self.uid, pgid: self.pgid, since: self.since };
-        signal_escaped(&scope, sig, &mut self.groups) > 0 || group
+        self.signal_escaped(sig) || group
     }
+
+    /// Sends `sig` to the processes the worker started that left its group (see [`signal_escaped`]); returns
+    /// whether any process got it.
+    fn signal_escaped(&mut self, sig: libc::c_int) -> bool {
+        let scope = Scope { tag: &self.tag, uid: self.uid, pgid: self.pgid, since: self.since };
+        signal_escaped(&scope, sig, &mut self.groups) > 0
+    }
+}
+
+/// Returns whether process `pid`, a child of the agent, has exited, without reaping it (until it is reaped its
+/// pid, and so the id of the group it leads, cannot be reused), or `None` where waitid fails.
+fn exited_unreaped(pid: i32) -> Option<bool> {
+    // SAFETY: siginfo_t is plain data; waitid writes it and reads nothing else.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    // SAFETY: waitid only writes `info`.
+    let r = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
+    // SAFETY: si_pid is set by waitid (0 when nothing exited).
+    (r == 0).then(|| unsafe { info.si_pid() } != 0)
 }
 
 /// What [`Runner::start`] did with an assignment.
@@ -218,7 +236,17 @@ impl Runner {
         let now = Instant::now();
         let mut finished = Vec::new();
         for (w, worker) in self.running.iter_mut() {
-            match worker.child.try_wait() {
+            let status = match exited_unreaped(worker.pgid) {
+                Some(false) => Ok(None),
+                Some(true) => {
+                    // Whatever the leader left behind in its group would hold GPUs it no longer owns: killed while
+                    // the unreaped leader keeps the group's id from being reused.
+                    signal_group(worker.pgid, libc::SIGKILL);
+                    worker.child.try_wait()
+                }
+                None => worker.child.try_wait(),
+            };
+            match status {
                 Ok(Some(status)) => finished.push((*w, Some(status))),
                 Ok(None) => {
                     if !worker.killed && worker.kill_at.is_some_and(|t| now >= t) {
@@ -240,9 +268,8 @@ impl Runner {
         }
         for (w, status) in finished {
             let Some(mut worker) = self.running.remove(&w) else { continue };
-            // Whatever the leader left behind, in its group or out of it, would hold GPUs it no longer owns. The
-            // group id cannot have been reused yet: the pid was reaped just now.
-            worker.signal(libc::SIGKILL);
+            // Likewise what it left out of its group (its group was killed before it was reaped).
+            worker.signal_escaped(libc::SIGKILL);
             self.gpus.release(w);
             let (code, signal) = (status.and_then(|s| s.code()), status.and_then(|s| s.signal()));
             let how = status.map(|s| describe(&s)).unwrap_or_else(|| "unknown status".into());
