@@ -9,10 +9,12 @@
 //! privileges or a delegated hierarchy the agent cannot count on.
 //!
 //! Only processes that could be the worker's are read: its user's, started no earlier than it. So another user's
-//! processes, however many and however large their environments, cost a scan no more than a look at their
-//! `stat`, and no environment is read past [`ENV_READ_CAP`].
+//! processes, however many and however large their environments, cost a scan a look at their `stat` (and their
+//! `status`, for those started since the worker); no environment is read past [`ENV_READ_CAP`], nor twice in one
+//! sweep. Processes are known by pid and start time ([`spillway_providers::procfs`]), as pids are reused.
 
 use spillway_api::WorkerRef;
+use spillway_providers::procfs::{Stat, pids, signalable, stat};
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{BuildHasher, Hasher};
 use std::io::Read;
@@ -56,28 +58,9 @@ pub struct Scope<'a> {
     pub since: u64,
 }
 
-/// What a scan reads of a process's `stat`.
-struct Stat {
-    pgid: i32,
-    /// When it started, in clock ticks after boot.
-    start: u64,
-    zombie: bool,
-}
-
-/// Returns what a scan reads of process `pid`'s `stat`, or `None` if it is gone.
-fn stat(pid: i32) -> Option<Stat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so count fields after the last ')'.
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace();
-    let zombie = fields.next()? == "Z";
-    let pgid = fields.nth(1)?.parse().ok()?;
-    Some(Stat { pgid, start: fields.nth(16)?.parse().ok()?, zombie })
-}
-
 /// Returns when process `pid` started, in clock ticks after boot, or `None` if it is gone.
 pub fn start_ticks(pid: i32) -> Option<u64> {
-    stat(pid).map(|s| s.start)
+    stat(pid).map(|s| s.start_time)
 }
 
 /// Sends `sig` to every process outside the scope's group whose environment at its start holds its tag; returns
@@ -137,7 +120,7 @@ impl Found {
         // SAFETY: a descriptor pidfd_open just returned is open and ours alone.
         let fd = i32::try_from(raw).ok().filter(|&fd| fd >= 0).map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
         // Once opened, the descriptor names the process the pid named then: the one found if it started then.
-        (stat(pid)?.start == start).then_some(Found { pid, start, fd })
+        (stat(pid)?.start_time == start).then_some(Found { pid, start, fd })
     }
 
     /// Sends `sig` to the process; returns whether it was delivered.
@@ -148,7 +131,7 @@ impl Found {
                 libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0)
                     == 0
             },
-            None => stat(self.pid).is_some_and(|s| s.start == self.start) && send(self.pid, sig),
+            None => stat(self.pid).is_some_and(|s| s.start_time == self.start) && send(self.pid, sig),
         }
     }
 }
@@ -179,20 +162,18 @@ impl Sweep {
     /// nothing else (never the scope's, the agent's, or one <= 1).
     fn pass(&mut self, scope: &Scope) -> (Vec<Found>, Vec<i32>) {
         let entry = format!("{TAG_VAR}={}", scope.tag);
-        let me = std::process::id() as i32;
         // SAFETY: getpgid has no memory-safety preconditions.
         let own_group = unsafe { libc::getpgid(0) };
-        let Ok(dir) = std::fs::read_dir("/proc") else { return (Vec::new(), Vec::new()) };
         // Per process group: (a member is the worker's, a member is not).
         let mut members: BTreeMap<i32, (bool, bool)> = BTreeMap::new();
         let mut new = Vec::new();
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            let Some(Stat { pgid, start, zombie }) = stat(pid) else { continue };
+        for pid in pids() {
+            let Some(st) = stat(pid) else { continue };
+            let (pgid, start) = (st.pgid, st.start_time);
             let class = match self.seen.get(&(pid, start)) {
                 Some(&class) => class,
                 None => {
-                    let class = classify(scope, (pid, pgid, start, zombie), (me, &entry));
+                    let class = classify(scope, pid, &st, &entry);
                     self.seen.insert((pid, start), class);
                     if class == Class::Tagged {
                         new.push((pid, pgid, start));
@@ -213,28 +194,26 @@ impl Sweep {
     }
 }
 
-/// Returns what process (pid, pgid, start, zombie) is to the scope's worker; (`me`, `entry`): the agent's pid and
-/// the tag's environment entry.
-fn classify(scope: &Scope, (pid, pgid, start, zombie): (i32, i32, u64, bool), (me, entry): (i32, &str)) -> Class {
-    if pid <= 1 || pid == me || pgid == scope.pgid || start < scope.since || real_uid(pid) != Some(scope.uid) {
+/// Returns what process `pid`, of stat `st`, is to the scope's worker (`entry`: the tag's environment entry).
+fn classify(scope: &Scope, pid: i32, st: &Stat, entry: &str) -> Class {
+    let outside = !signalable(pid) || st.pgid == scope.pgid || st.start_time < scope.since;
+    if outside || real_uid(pid) != Some(scope.uid) {
         return Class::Other;
     }
-    match (zombie, holds(pid, entry.as_bytes())) {
-        (true, _) => Class::Remains,
-        (false, true) => Class::Tagged,
-        (false, false) => Class::Other,
+    if st.ended() {
+        // Its environment reads empty: only its user and start say whose it is.
+        return Class::Remains;
     }
+    if holds(pid, entry.as_bytes()) { Class::Tagged } else { Class::Other }
 }
 
 /// Returns whether process group `g` holds the scope's worker's processes and nothing else, by a look at each
 /// member's `stat` and `status` (its user, when it started) right before the group is signalled.
 fn group_is_workers(scope: &Scope, g: i32) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return false };
     let mut any = false;
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+    for pid in pids() {
         let Some(st) = stat(pid).filter(|st| st.pgid == g) else { continue };
-        if st.start < scope.since || real_uid(pid) != Some(scope.uid) {
+        if st.start_time < scope.since || real_uid(pid) != Some(scope.uid) {
             return false;
         }
         any = true;
@@ -333,7 +312,7 @@ mod tests {
         let mut other = None;
         for _ in 0..300 {
             other = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok());
-            if other.is_some() && holds(pid, entry.as_bytes()) && stat(pid).is_some_and(|s| !s.zombie) {
+            if other.is_some() && holds(pid, entry.as_bytes()) && stat(pid).is_some_and(|s| !s.ended()) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -348,7 +327,7 @@ mod tests {
         assert!(known.is_empty(), "a group with a member that is not the worker's: {known:?}");
         let status = child.wait().unwrap();
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
-        assert!(stat(other).is_some_and(|s| !s.zombie), "the untagged process was killed with the group");
+        assert!(stat(other).is_some_and(|s| !s.ended()), "the untagged process was killed with the group");
         send(other, libc::SIGKILL);
         std::fs::remove_file(&pid_file).ok();
     }

@@ -385,10 +385,9 @@ fn run_as_enters_the_workdir_as_the_user() {
     assert_eq!(log.trim(), dir.display().to_string());
 }
 
-/// Whether process `pid` runs (exists and is not a zombie).
+/// Whether process `pid` runs (exists and has not ended).
 fn running(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.split_whitespace().next() != Some("Z"))
+    spillway_providers::procfs::stat(pid).is_some_and(|s| !s.ended())
 }
 
 /// Starts, in its own session, a process that writes its pid to `pid_file` and runs until signalled, noting a

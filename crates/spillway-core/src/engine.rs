@@ -692,10 +692,7 @@ impl Engine {
             || {
                 let ran = match jobs.len() {
                     0 => "no job".to_string(),
-                    n => format!(
-                        "{n} job(s) ({}), requeued",
-                        jobs.iter().map(|j| j.0.to_string()).collect::<Vec<_>>().join(", ")
-                    ),
+                    n => format!("{n} job(s) ({}), requeued", id_list(jobs.iter().map(|j| j.0))),
                 };
                 format!("pool {name}: lost after {} up, running {ran}", crate::time::fmt_ms(up))
             },
@@ -711,6 +708,11 @@ impl Engine {
 
 /// Returns node ids for a record, each once, in order: `3, 7, 9`.
 pub(crate) fn node_list(nodes: impl Iterator<Item = NodeId>) -> String {
-    let ids: std::collections::BTreeSet<u32> = nodes.map(|n| n.0).collect();
+    id_list(nodes.map(|n| n.0))
+}
+
+/// Returns ids (of nodes or jobs) for a record, each once, in order: `3, 7, 9`.
+fn id_list(ids: impl Iterator<Item = u32>) -> String {
+    let ids: std::collections::BTreeSet<u32> = ids.collect();
     ids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }

@@ -4,7 +4,7 @@
 
 pub mod conformance;
 pub mod local;
-mod procfs;
+pub mod procfs;
 mod records;
 
 pub use conformance::{check_capacity, run_conformance};

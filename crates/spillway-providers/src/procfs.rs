@@ -1,5 +1,6 @@
-//! Just enough of `/proc` and `kill(2)` to manage agent processes safely: identity is (pid, start time), never a
-//! bare pid, because pids are reused and a stale record must never make us signal a stranger.
+//! Just enough of `/proc` and `kill(2)` to manage processes safely (the local provider's agents here, a worker's
+//! escaped processes in the agent): identity is (pid, start time), never a bare pid, because pids are reused and a
+//! stale record must never make us signal a stranger.
 
 use std::fs;
 use std::thread;
@@ -7,9 +8,11 @@ use std::time::Duration;
 
 /// The fields of `/proc/<pid>/stat` we use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stat {
+pub struct Stat {
     /// Field 3: `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
     pub state: char,
+    /// Field 5: the process group id.
+    pub pgid: i32,
     /// Field 6: the session id.
     pub session: i32,
     /// Field 22: start time in clock ticks since boot; with the pid it identifies a process.
@@ -24,13 +27,21 @@ pub(crate) fn parse_stat(line: &str) -> Option<Stat> {
     // rest[0] is field 3, so field n is rest[n - 3].
     Some(Stat {
         state: rest.first()?.chars().next()?,
+        pgid: rest.get(2)?.parse().ok()?,
         session: rest.get(3)?.parse().ok()?,
         start_time: rest.get(19)?.parse().ok()?,
     })
 }
 
+impl Stat {
+    /// Whether the process has ended (a zombie waiting to be reaped, or dead).
+    pub fn ended(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
+}
+
 /// The stat of `pid`, or `None` if no such process exists (or it vanished while we read it).
-pub(crate) fn stat(pid: i32) -> Option<Stat> {
+pub fn stat(pid: i32) -> Option<Stat> {
     if pid <= 0 {
         return None;
     }
@@ -39,14 +50,20 @@ pub(crate) fn stat(pid: i32) -> Option<Stat> {
 
 /// Whether `pid` is a pid we may ever signal: never 0/1/negative (those mean "my group", init or "everyone" to
 /// `kill`) and never ourselves.
-pub(crate) fn signalable(pid: i32) -> bool {
+pub fn signalable(pid: i32) -> bool {
     pid > 1 && pid != std::process::id() as i32
 }
 
 /// Whether the process that started as (`pid`, `start_time`) still runs: the pid exists, its start time matches
 /// (so the pid was not reused), and it is not a zombie waiting to be reaped.
 pub(crate) fn is_live(pid: i32, start_time: u64) -> bool {
-    signalable(pid) && stat(pid).is_some_and(|s| s.start_time == start_time && !matches!(s.state, 'Z' | 'X'))
+    signalable(pid) && stat(pid).is_some_and(|s| s.start_time == start_time && !s.ended())
+}
+
+/// The pids in `/proc` now (none where it cannot be read).
+pub fn pids() -> impl Iterator<Item = i32> {
+    let entries = fs::read_dir("/proc").into_iter().flatten();
+    entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
 }
 
 /// Sends `sig` to the process group `pgid` (an agent is a session leader, so its pgid is its pid), only if its
@@ -70,15 +87,11 @@ pub(crate) fn session_members(sid: i32, start_time: u64) -> Vec<i32> {
     if stat(sid).is_some_and(|s| s.start_time != start_time) {
         return Vec::new();
     }
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    pids()
         .filter(|&pid| signalable(pid))
         .filter(|&pid| {
             // Members were forked by the leader, so they cannot predate it; this also skips anything odd.
-            stat(pid).is_some_and(|s| s.session == sid && s.start_time >= start_time && !matches!(s.state, 'Z' | 'X'))
+            stat(pid).is_some_and(|s| s.session == sid && s.start_time >= start_time && !s.ended())
         })
         .collect()
 }
@@ -122,7 +135,7 @@ mod tests {
     fn parses_stat_with_odd_command_names() {
         let line = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 1 2 3";
         let s = parse_stat(line).unwrap();
-        assert_eq!(s, Stat { state: 'S', session: 4242, start_time: 987654 });
+        assert_eq!(s, Stat { state: 'S', pgid: 4242, session: 4242, start_time: 987654 });
         assert_eq!(parse_stat("12 (x) S 1 2"), None);
     }
 
