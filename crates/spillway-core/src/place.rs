@@ -136,6 +136,27 @@ impl<'c> Fork<'c> {
         }
     }
 
+    /// Returns the most free GPUs on one node of the fork (ready, booting or planned).
+    pub(crate) fn most_free(&mut self) -> u32 {
+        self.prepare();
+        let base = self.base.iter().rev().find(|e| !self.changed.contains(e)).map_or(0, |e| e.0);
+        base.max(self.own.last().map_or(0, |e| e.0))
+    }
+
+    /// Takes ready node `n`'s free GPUs out of the fork (what the jobs counted so far left there); returns
+    /// whether it had any.
+    pub(crate) fn hide(&mut self, n: NodeId) -> bool {
+        let Some(node) = self.nodes.get(n.0 as usize) else { return false };
+        let entry = (node.free(), n);
+        if self.base.contains(&entry) && !self.changed.contains(&entry) {
+            return self.changed.insert(entry);
+        }
+        match self.own.iter().find(|&&(_, s)| s == Slot::Ready(n)).copied() {
+            Some(own) => self.own.remove(&own),
+            None => false,
+        }
+    }
+
     fn model(&self, slot: Slot) -> &str {
         match slot {
             Slot::Ready(n) | Slot::Booting(n) => &self.nodes[n.0 as usize].gpu_model,

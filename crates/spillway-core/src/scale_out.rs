@@ -48,7 +48,7 @@ pub(crate) struct Limits {
 }
 
 /// The running state of one estimate: what is planned so far and what the jobs already seen take.
-struct Planner<'e> {
+pub(crate) struct Planner<'e> {
     e: &'e Engine,
     limits: Limits,
     /// Per pool: the free GPUs jobs may count on before buying (ready, booting and planned nodes), placed onto
@@ -115,10 +115,25 @@ impl Engine {
         limits: Limits,
         wake: &mut WakeAt,
     ) -> ScalePlan {
+        let mut planner = self.planner(limits);
+        // One pending reason per job at most: sized once, not grown job by job.
+        planner.out.reasons.reserve(blocked.len() + shadow.len());
+        for &id in blocked {
+            planner.job(id, None, wake);
+        }
+        for &(id, access) in shadow {
+            planner.job(id, Some(access), wake);
+        }
+        planner.up_to_min(wake);
+        planner.out
+    }
+
+    /// Returns a planner that has planned nothing yet, within `limits`.
+    pub(crate) fn planner(&self, limits: Limits) -> Planner<'_> {
         let share = self.cfg.policy.spot_share.is_some();
         let (spot_gpus, od_gpus) = if share { self.interruptible_cloud_gpus() } else { (0.0, 0.0) };
         let pools = self.cfg.pools.len();
-        let mut planner = Planner {
+        Planner {
             e: self,
             forks: (0..pools).map(|p| Fork::new(&self.c.free[p], &self.c.nodes, &self.c.pools[p].requested)).collect(),
             planned: vec![0; pools],
@@ -131,17 +146,8 @@ impl Engine {
             fallback_after: self.cfg.tiers.iter().map(|t| secs(t.spot_fallback_after_s.min(1e12))).collect(),
             slots: Vec::new(),
             cands: Vec::new(),
-            // One pending reason per job at most: sized once, not grown job by job.
-            out: ScalePlan { reasons: Vec::with_capacity(blocked.len() + shadow.len()), ..ScalePlan::default() },
-        };
-        for &id in blocked {
-            planner.job(id, None, wake);
+            out: ScalePlan::default(),
         }
-        for &(id, access) in shadow {
-            planner.job(id, Some(access), wake);
-        }
-        planner.up_to_min(wake);
-        planner.out
     }
 
     /// Says why an interruptible job gets on-demand capacity: what stopped each spot pool its tier may use from
@@ -274,7 +280,29 @@ impl Engine {
 impl Planner<'_> {
     /// Plans for one job: counts it on nodes it fits, or buys for it in the first pool that can, and notes its
     /// pending reason (`shadow`: a running job that wants capacity in these markets to move to; it has none).
-    fn job(&mut self, id: JobId, shadow: Option<Access>, wake: &mut WakeAt) {
+    pub(crate) fn job(&mut self, id: JobId, shadow: Option<Access>, wake: &mut WakeAt) {
+        self.plan_job(id, shadow, wake);
+        if shadow.is_none() {
+            self.hold_back(id);
+        }
+    }
+
+    /// Takes the nodes the scheduling pass held back for job `id` out of the forks, with what the job left free
+    /// there: the next pass holds them for it again, so no job after it could start there (it would be told it
+    /// waits for nodes it will not get, and buy none).
+    fn hold_back(&mut self, id: JobId) {
+        let holds = &self.e.holds;
+        let from = holds.partition_point(|h| h.0 < id);
+        for &(_, p, n) in holds[from..].iter().take_while(|h| h.0 == id) {
+            if self.forks.get_mut(p).is_some_and(|fork| fork.hide(n)) {
+                // As if a job took them: a gang remembered to have found no room claims other nodes now.
+                self.taken[p] += 1;
+            }
+        }
+    }
+
+    /// Plans for one job (see [`Planner::job`]).
+    fn plan_job(&mut self, id: JobId, shadow: Option<Access>, wake: &mut WakeAt) {
         let is_shadow = shadow.is_some();
         let e = self.e;
         let now = e.now;
@@ -351,6 +379,17 @@ impl Planner<'_> {
         if !job_checkpointing {
             self.out.reasons.push((id, reason, first_why));
         }
+    }
+
+    /// Returns the most free GPUs on one node the jobs planned so far left in pool `p` (ready, booting or
+    /// planned).
+    pub(crate) fn most_free(&mut self, p: usize) -> u32 {
+        self.forks[p].most_free()
+    }
+
+    /// Returns whether a job planned so far starves pool `p` (see [`ScalePlan::starved`]).
+    pub(crate) fn starves(&self, p: usize) -> bool {
+        self.out.starved.contains_key(&p)
     }
 
     /// Returns how many jobs took virtual free GPUs so far in the pools of `mask` (bit p: pool p; pools past 63

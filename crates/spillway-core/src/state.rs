@@ -45,6 +45,10 @@ pub struct Engine {
     /// for: the snapshot what-if questions are asked about.
     pub(crate) last_blocked: Vec<JobId>,
     pub(crate) last_shadow: Vec<(JobId, crate::access::Access)>,
+    /// The nodes the last scheduling pass held back for blocked jobs before it turned quiet, (job, pool, node)
+    /// sorted by job: the scale-out planner counts no job after one of them on its nodes, as the next pass holds
+    /// them for it again (see `Pass::planner_holds`).
+    pub(crate) holds: Vec<(JobId, usize, crate::model::NodeId)>,
     /// The last pass stopped where no job further on could start, preempt or buy: the jobs it did not reach
     /// wait for capacity as much as the blocked ones it did.
     pub(crate) last_settled: bool,
@@ -103,6 +107,7 @@ impl Engine {
             signal_lost: vec![None; cfg_pools],
             not_grown: vec![None; cfg_pools],
             last_blocked: Vec::new(),
+            holds: Vec::new(),
             last_shadow: Vec::new(),
             last_settled: false,
             blocked_reordered: false,

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Harness, launches, spec, spec_of};
+use common::{Harness, launches, spec, spec_of, started};
 use spillway_core::{PendingReason, PoolChange};
 
 /// One owned 8-GPU node; an on-demand pool with a 10-minute scale-out cooldown; a spot pool with room.
@@ -191,4 +191,60 @@ fn a_job_passed_by_says_its_quota_no_longer_holds_it() {
     h.run_world(900.0, 60.0);
     assert!(h.job(capped_run).state != spillway_core::JobState::Running);
     assert_eq!(h.job(held).pending, PendingReason::NoCapacity);
+}
+
+/// Two on-demand pools of 8-GPU nodes (V100 in `od`, A100 in `od2`), two nodes each, no cooldown.
+const HELD: &str = r#"
+[[instance_types]]
+name = "v8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 20.0
+
+[[instance_types]]
+name = "a8"
+gpus = 8
+gpu_model = "A100"
+on_demand_usd_per_hour = 30.0
+
+[[pools]]
+name = "od"
+market = "on_demand"
+instance_types = ["v8"]
+max_nodes = 2
+scale_out_cooldown_s = 0
+
+[[pools]]
+name = "od2"
+market = "on_demand"
+instance_types = ["a8"]
+max_nodes = 2
+scale_out_cooldown_s = 0
+
+[tiers.p2]
+markets = ["on_demand"]
+"#;
+
+#[test]
+fn a_job_after_a_gang_is_not_told_to_wait_for_the_nodes_held_for_the_gang() {
+    let mut h = Harness::new(HELD);
+    // A long job runs on a node of `od`; a 2-node V100 gang buys the pool's second node, which is held for it
+    // once ready (the gang waits for the first node too), idle.
+    let mut v100 = spec("p0", 8, 1);
+    v100.gpu_model = Some("V100".into());
+    let long = h.submit(v100.clone());
+    h.run_world(100.0, 60.0);
+    v100.workers = 2;
+    let gang = h.submit(v100);
+    h.run_world(200.0, 60.0);
+    assert_eq!(h.alive(0), 2);
+    assert_eq!(h.job(gang).pending, PendingReason::NoCapacity, "od is at its max with the gang not in it");
+    // A 1-GPU job behind the gang cannot start on the held node (the next pass holds it for the gang again):
+    // it buys a node of `od2` instead of waiting for a node it will not get.
+    let small = h.submit(spec("p0", 1, 1));
+    let acts = h.run_world(300.0, 60.0);
+    let bought: Vec<usize> = launches(&acts).iter().map(|l| l.1).collect();
+    assert_eq!(bought, vec![1], "{acts:?}");
+    assert!(started(&acts, small).is_some(), "{acts:?}");
+    assert!(h.job(long).state == spillway_core::JobState::Running);
 }

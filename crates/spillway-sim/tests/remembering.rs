@@ -91,3 +91,22 @@ fn remembering_changes_no_action_where_thousands_wait_inside_their_budgets() {
     .collect();
     assert!(failures.is_empty(), "remembering changed decisions:\n{}", failures.join("\n"));
 }
+
+/// The capped-spot pattern (a capped spot pool, thousands of `p2` jobs waiting for it while on-demand has room),
+/// where a walk pauses for the scale-out planner to tell it whether it may settle (`schedule/probe.rs`): nodes
+/// booting and nodes held for gangs there are what keeps a walk from settling on its own.
+#[test]
+fn remembering_changes_no_action_where_the_planner_tells_a_walk_it_may_settle() {
+    use spillway_sim::trace::backlog::CappedSpot;
+    let cfg = example("capped-spot.toml");
+    let mut failures = Vec::new();
+    for seed in [1, 8] {
+        let trace = CappedSpot { jobs: 3_000, days: 28.0 * 3_000.0 / 15_000.0, seed }.generate();
+        let jobs = to_sim_jobs(&trace, &cfg).unwrap_or_else(|e| panic!("{e}"));
+        for policy in ["spillway", "on-demand-reactive"] {
+            let policy_cfg = spillway_sim::policies::config_for(policy, &cfg, &jobs).expect("a known policy");
+            failures.extend(difference(&format!("capped-spot seed {seed}, {policy}"), &policy_cfg, &jobs));
+        }
+    }
+    assert!(failures.is_empty(), "remembering changed decisions:\n{}", failures.join("\n"));
+}

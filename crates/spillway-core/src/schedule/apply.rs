@@ -11,19 +11,30 @@ impl Engine {
         let grows: Vec<bool> = (0..self.cfg.pools.len()).map(|p| self.pool_headroom(p) > 0).collect();
         let cloud_room: Vec<bool> =
             (0..self.cfg.pools.len()).map(|p| self.headroom_within(p, self.effective_max(p), true) > 0).collect();
-        let Engine { queue, c, cfg, pool_order, exhaustive, now, .. } = self;
-        let wanting = crate::elastic::queued_per_pool(queue, pool_order, cfg.pools.len());
-        queue.expire_budgets(*now);
-        let mut pass = Pass::new(cfg, pool_order, *now, !*exhaustive, grows, wanting);
+        let now = self.now;
+        let wanting = crate::elastic::queued_per_pool(&self.queue, &self.pool_order, self.cfg.pools.len());
+        self.queue.expire_budgets(now);
+        let mut pass = Pass::new(&self.cfg, &self.pool_order, now, !self.exhaustive, grows, wanting);
         pass.cloud_room = cloud_room;
-        let cut = pass.walk(queue, c, shares, weights, wake);
-        for &(pool, _, n) in &pass.reserved {
-            // The node may have changed while held (a victim released there); reinsert its current free GPUs.
-            let node = &c.nodes[n.0 as usize];
-            if node.state == NodeState::Ready && node.free() > 0 {
-                c.free[pool].insert((node.free(), n));
+        // An elastic job may widen into free GPUs between the walk and the planner, which a probe would not see.
+        pass.probe = Probe::new(!self.exhaustive && self.elastic.is_empty());
+        let mut walker = Walker::new(&self.queue, self.pool_order.len(), shares, weights);
+        let cut = loop {
+            if let Some(cut) = pass.walk(&mut walker, &self.queue, &mut self.c, wake) {
+                break cut;
             }
-        }
+            let elastic_started = pass.plan.started.iter().any(|(id, _)| self.c.jobs[id.0 as usize].is_elastic());
+            // The planner sees the nodes the walk holds as free: they are returned before it plans.
+            let returned = return_held(&mut self.c, &pass.reserved);
+            self.holds = pass.planner_holds();
+            let settles = !elastic_started && self.probe(pass.blocked(), &pass.probe_pools());
+            for (pool, entry) in returned {
+                self.c.free[pool].remove(&entry);
+            }
+            pass.probed(settles);
+        };
+        return_held(&mut self.c, &pass.reserved);
+        self.holds = pass.planner_holds();
         let end = PassEnd {
             cut,
             scanned: pass.scanned,
@@ -271,4 +282,17 @@ impl Engine {
             .filter_map(|p| self.cooldown_end(p))
             .min()
     }
+}
+
+/// Puts the nodes a walk held back (`reserved`) into the free index again, with the free GPUs they have now (a
+/// victim may have been released on one while it was held); returns the entries it added.
+fn return_held(c: &mut Cluster, reserved: &[(usize, u32, NodeId, JobId)]) -> Vec<(usize, (u32, NodeId))> {
+    let mut added = Vec::new();
+    for &(pool, _, n, _) in reserved {
+        let node = &c.nodes[n.0 as usize];
+        if node.state == NodeState::Ready && node.free() > 0 && c.free[pool].insert((node.free(), n)) {
+            added.push((pool, (node.free(), n)));
+        }
+    }
+    added
 }

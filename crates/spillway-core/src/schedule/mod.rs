@@ -22,7 +22,10 @@ use crate::time::{Time, fmt_ms, secs};
 
 mod apply;
 mod noted;
+mod probe;
 mod reach;
+
+use probe::Probe;
 
 use reach::buyers_beyond;
 
@@ -158,10 +161,11 @@ struct Pass<'a> {
     settled: bool,
     /// Per tier: the fewest GPUs per worker of a job queued there (`None`: none is queued).
     least_gpus: Vec<Option<u32>>,
-    /// Once settled, per tier: the most free GPUs on a held node of a cloud pool it may use (see `held_room`).
-    held_room: Vec<u32>,
-    /// Nodes held back for blocked jobs (pool, free GPUs, node), returned to the free index after the walk.
-    reserved: Vec<(usize, u32, NodeId)>,
+    /// Nodes held back for blocked jobs (pool, free GPUs, node, the job), returned to the free index after the
+    /// walk.
+    reserved: Vec<(usize, u32, NodeId, JobId)>,
+    /// How many of `reserved` were held before the walk turned quiet (see [`Pass::planner_holds`]).
+    held_before_quiet: Option<usize>,
     /// A buffer for placement searches.
     slots: Vec<(Slot, u32)>,
     /// Per pool: queued jobs not yet started that may use it (an elastic job starts wider only where no other
@@ -175,7 +179,45 @@ struct Pass<'a> {
     first_hold: Option<usize>,
     last_start: Option<usize>,
     first_block: Option<usize>,
+    /// When to ask the scale-out planner whether the walk may settle, and what it said (see `probe`).
+    probe: Probe,
     plan: SchedulePlan,
+}
+
+impl Pass<'_> {
+    /// Returns the holds the scale-out planner keeps for their jobs (see [`Engine::holds`]), as (job, pool, node)
+    /// sorted by job: those made before the walk turned quiet. A node held after it has room for no worker of a
+    /// job further on, and which jobs past that point hold nodes depends on how far the walk looks (it passes most
+    /// by once settled), so the planner's answers would too.
+    fn planner_holds(&self) -> Vec<(JobId, usize, NodeId)> {
+        let before = &self.reserved[..self.held_before_quiet.unwrap_or(self.reserved.len())];
+        let mut holds: Vec<_> = before.iter().map(|&(p, _, n, id)| (id, p, n)).collect();
+        holds.sort_unstable();
+        holds
+    }
+}
+
+/// Where a walk stands in the queue, kept while it pauses for a probe.
+struct Walker<'q> {
+    cursor: crate::queue::Cursor<'q>,
+    started: bool,
+    /// Per tier: the jobs not yet walked past that are not known to wait inside their budgets.
+    left: Vec<usize>,
+    /// Per tier: the jobs not yet walked past that are not noted at all (not even as `burst_early` ones).
+    unnoted: Vec<usize>,
+}
+
+impl<'q> Walker<'q> {
+    /// Starts at the head of `queue`, with each team's share and weight as the walk starts.
+    fn new(queue: &'q Queue, tiers: usize, shares: Vec<f64>, weights: Vec<f64>) -> Walker<'q> {
+        let tiers = 0..tiers;
+        Walker {
+            cursor: queue.cursor(shares, weights),
+            started: false,
+            left: tiers.clone().map(|t| queue.to_visit(t)).collect(),
+            unnoted: tiers.map(|t| queue.unnoted(t)).collect(),
+        }
+    }
 }
 
 /// Finds nodes for every worker of `job` inside one pool (the first in its order where the whole gang fits, see
@@ -271,37 +313,42 @@ impl<'a> Pass<'a> {
             quiet: false,
             settled: false,
             least_gpus: Vec::new(),
-            held_room: Vec::new(),
             reserved: Vec::new(),
+            held_before_quiet: None,
             slots: Vec::new(),
             wanting,
             due_without_victims: None,
             first_hold: None,
             last_start: None,
             first_block: None,
+            probe: Probe::new(false),
             plan: SchedulePlan::default(),
         }
     }
 
-    /// Walks the queue in scheduling order to its end or a cap; returns where it stopped.
-    fn walk(&mut self, queue: &Queue, c: &mut Cluster, shares: Vec<f64>, weights: Vec<f64>, wake: &mut WakeAt) -> Cut {
-        let tiers = self.pool_order.len();
-        self.least_gpus = (0..tiers).map(|t| queue.kinds(t).map(|(g, _)| g).min()).collect();
-        // Per tier: the jobs not yet walked past that are not known to wait inside their budgets.
-        let mut left: Vec<usize> = (0..tiers).map(|t| queue.to_visit(t)).collect();
-        // Per tier: the jobs not yet walked past that are not noted at all (not even as `burst_early` ones).
-        let mut unnoted: Vec<usize> = (0..tiers).map(|t| queue.unnoted(t)).collect();
-        let mut cursor = queue.cursor(shares, weights);
-        while let Some(id) = cursor.next() {
+    /// Walks the queue in scheduling order from where `w` stands to its end or a cap, and returns where it
+    /// stopped; or pauses (returns `None`) where the scale-out planner should be asked whether the walk may settle
+    /// (see [`Pass::wants_probe`]), to be called again with the same `w` once [`Pass::probed`] was told.
+    fn walk(&mut self, w: &mut Walker<'_>, queue: &Queue, c: &mut Cluster, wake: &mut WakeAt) -> Option<Cut> {
+        if !w.started {
+            w.started = true;
+            let tiers = self.pool_order.len();
+            self.least_gpus = (0..tiers).map(|t| queue.kinds(t).map(|(g, _)| g).min()).collect();
+        }
+        loop {
+            if self.wants_probe(w.left.iter().skip(self.probe.tier).sum()) {
+                return None;
+            }
+            let Some(id) = w.cursor.next() else { break };
             self.scanned += 1;
-            let (tier, noted) = (cursor.tier(), queue.noted(id));
+            let (tier, noted) = (w.cursor.tier(), queue.noted(id));
             // A `burst_early` job is looked at even where it is noted (see `Noted::early`).
             let in_budget = noted.is_some_and(|n| !n.early);
             if !in_budget {
-                left[tier] = left[tier].saturating_sub(1);
+                w.left[tier] = w.left[tier].saturating_sub(1);
             }
             if noted.is_none() {
-                unnoted[tier] = unnoted[tier].saturating_sub(1);
+                w.unnoted[tier] = w.unnoted[tier].saturating_sub(1);
             }
             if !self.buyers_only && self.stuck >= BLOCKED_CAP_NO_SCALE {
                 self.buyers_only = buyers_beyond(queue, (self.cfg, self.pool_order), &self.grows, tier, false);
@@ -309,45 +356,48 @@ impl<'a> Pass<'a> {
             let stuck = self.stuck >= BLOCKED_CAP_NO_SCALE && !self.buyers_only;
             let scan = self.scanned > self.cfg.policy.scan_limit;
             if scan || self.buying >= BLOCKED_CAP || stuck {
-                return Cut { limit_hit: true, scan, stuck: stuck || self.settled, settled: self.settled };
+                return Some(Cut { limit_hit: true, scan, stuck: stuck || self.settled, settled: self.settled });
+            }
+            if self.held_before_quiet.is_none() && self.settles_now(c, tier).0 {
+                // Where the walk turns quiet, in a walk that remembers and in one that searches afresh alike.
+                self.held_before_quiet = Some(self.reserved.len());
             }
             if self.remember && !self.settled {
                 let (quiet, settled) = self.settles_now(c, tier);
                 self.quiet |= quiet;
-                if settled {
+                self.probe.tier = tier;
+                if settled || self.probe_settles(tier) {
                     self.settled = true;
-                    self.held_room = self.held_room(c);
                     let beyond = buyers_beyond(queue, (self.cfg, self.pool_order), &self.grows, tier, true);
                     if !queue.timed_from(tier) && !beyond {
                         // Nothing further on can start, preempt or buy, and no job there has a timer of its own.
-                        return Cut { limit_hit: false, scan: false, stuck: true, settled: true };
+                        return Some(Cut { limit_hit: false, scan: false, stuck: true, settled: true });
                     }
                 }
             }
-            let only_noted = noted.is_some() && !self.quiet && unnoted[tier..].iter().all(|&n| n == 0);
-            if only_noted && let Some(settled) = self.noted_end((c, queue), (tier, &cursor)) {
+            let only_noted = noted.is_some() && !self.quiet && w.unnoted[tier..].iter().all(|&n| n == 0);
+            if only_noted && let Some(settled) = self.noted_end((c, queue), (tier, &w.cursor)) {
                 // Only jobs known to wait inside their budgets are left, and none of them could do more.
-                return Cut { stuck: settled, settled, ..Cut::default() };
+                return Some(Cut { stuck: settled, settled, ..Cut::default() });
             }
             if self.quiet && in_budget {
                 // A visit would leave it waiting as it is (see `Queue::wait_in_budget`).
-                self.quota_holds(c, id, cursor.team());
-                if left[tier..].iter().all(|&n| n == 0) {
+                self.quota_holds(c, id, w.cursor.team());
+                if w.left[tier..].iter().all(|&n| n == 0) {
                     // Only such jobs are left.
-                    return Cut { stuck: self.settled, settled: self.settled, ..Cut::default() };
+                    return Some(Cut { stuck: self.settled, settled: self.settled, ..Cut::default() });
                 }
                 continue;
             }
             if self.settled && !queue.is_timed(id) {
                 let job = &c.jobs[id.0 as usize];
-                let fits_held = job.gang.gpus_per_worker <= self.held_room[job.tier];
-                if !fits_held && !self.may_buy(job.tier, Access::of(job, self.now)) {
+                if !self.may_buy(job.tier, Access::of(job, self.now)) {
                     self.pass_by(c, id);
                     continue;
                 }
             }
             if let Some(n) = noted
-                && self.wait_noted(c, (n, queue.kind_model(n.kind)), cursor.team(), wake)
+                && self.wait_noted(c, (n, queue.kind_model(n.kind)), w.cursor.team(), wake)
             {
                 continue;
             }
@@ -355,7 +405,7 @@ impl<'a> Pass<'a> {
         }
         // Jobs passed by once settled would have asked the scale-out planner to wake them when a cooldown of a
         // pool they may use ends (a pool may grow for them then): `stuck` asks for that wake-up instead.
-        Cut { stuck: self.settled, settled: self.settled, ..Cut::default() }
+        Some(Cut { stuck: self.settled, settled: self.settled, ..Cut::default() })
     }
 
     /// Decides for one queued job: pass it by (only jobs that may buy are looked at now, or its team is at its
@@ -734,7 +784,7 @@ impl<'a> Pass<'a> {
         if !held.is_empty() {
             self.first_hold.get_or_insert(self.scanned);
         }
-        self.reserved.extend(held);
+        self.reserved.extend(held.into_iter().map(|(p, f, n)| (p, f, n, id)));
     }
 
     /// Returns whether a job of `tier` with `access` may use a pool that can launch a node now.

@@ -73,16 +73,6 @@ impl Pass<'_> {
         if self.cfg.policy.preemption { gpus.fold(0, u32::saturating_add) } else { 0 }
     }
 
-    /// Returns, per tier, the most free GPUs on a node of a cloud pool the tier may use that the walk holds: the
-    /// scale-out planner sees held nodes again after the walk and would count a blocked job that fits one there,
-    /// so such a job is visited even once the walk settled. Nodes held later come from the free lists, in which
-    /// no node has room for any later job's worker then.
-    pub(super) fn held_room(&self, c: &Cluster) -> Vec<u32> {
-        let launched = |p: &&usize| self.cfg.pools[**p].launched();
-        let most = |order: &Vec<usize>| order.iter().filter(launched).map(|&p| self.held_free(c, p)).max();
-        self.pool_order.iter().map(|order| most(order).unwrap_or(0)).collect()
-    }
-
     /// Returns the most free GPUs on a node of pool `p` that the walk holds (0: none held there).
     fn held_free(&self, c: &Cluster, p: usize) -> u32 {
         let held = self.reserved.iter().filter(|r| r.0 == p);
