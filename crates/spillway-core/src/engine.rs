@@ -382,6 +382,7 @@ impl Engine {
         self.track_budgets();
         self.track_targets(&mut wake);
         let mut blocked = self.schedule(&mut wake);
+        let walked = blocked.len();
         self.grow_elastic(&mut wake);
         // Jobs moved back to spot need spot capacity now, like any blocked job; jobs that want to move get spot
         // capacity bought first (shadow demand) and move once it is ready.
@@ -398,7 +399,7 @@ impl Engine {
         shadow.extend(hop_demand);
         let watching = watching || hopping;
         let scale_actions = self.c.counters.scale_actions;
-        let (claimed, starved) = self.scale_out(&blocked, &shadow, &mut wake);
+        let (claimed, starved) = self.scale_out((&blocked, walked), &shadow, &mut wake);
         if self.blocked_reordered && !(claimed.is_empty() && starved.is_empty()) {
             // Which blocked job claims ready nodes or starves a pool (and so which idle nodes scale-in keeps or
             // swaps) follows their order, and this pass's starts reorder the ones before the last start: the
@@ -407,7 +408,7 @@ impl Engine {
         }
         self.scale_in(&claimed, &starved, &mut wake);
         self.budgets_ended(&mut wake);
-        (self.last_blocked, self.last_shadow) = (blocked, shadow);
+        (self.last_blocked, self.last_walked, self.last_shadow) = (blocked, walked, shadow);
         let tracking = self.cfg.pools.iter().any(|p| p.target_gpu_utilization.is_some());
         if self.c.counters.scale_actions != scale_actions && (!self.queue.is_empty() || watching || tracking) {
             // Nodes launched or removed: what scheduling, return-to-spot, scale-out and target tracking read

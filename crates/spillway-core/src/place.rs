@@ -108,6 +108,8 @@ pub(crate) struct Fork<'c> {
     changed: BTreeSet<(u32, NodeId)>,
     /// Slots with free GPUs this fork keeps itself: booting and planned nodes, ready nodes it changed.
     own: BTreeSet<(u32, Slot)>,
+    /// Ready nodes [`Fork::hide`] took out, each with whether its entry is `base`'s (else it was `own`'s).
+    hidden: Vec<((u32, NodeId), bool)>,
     /// GPU model of each planned slot.
     planned: Vec<&'c str>,
     /// The pool's nodes still booting, listed in `own` on first use (most estimates never place in most pools).
@@ -122,6 +124,7 @@ impl<'c> Fork<'c> {
             nodes,
             changed: BTreeSet::new(),
             own: BTreeSet::new(),
+            hidden: Vec::new(),
             planned: Vec::new(),
             booting: Some(booting),
         }
@@ -149,11 +152,26 @@ impl<'c> Fork<'c> {
         let Some(node) = self.nodes.get(n.0 as usize) else { return false };
         let entry = (node.free(), n);
         if self.base.contains(&entry) && !self.changed.contains(&entry) {
+            self.hidden.push((entry, true));
             return self.changed.insert(entry);
         }
         match self.own.iter().find(|&&(_, s)| s == Slot::Ready(n)).copied() {
-            Some(own) => self.own.remove(&own),
+            Some(own) => {
+                self.hidden.push(((own.0, n), false));
+                self.own.remove(&own)
+            }
             None => false,
+        }
+    }
+
+    /// Puts back what [`Fork::hide`] took out, as it was then (nothing places on a hidden node).
+    pub(crate) fn unhide(&mut self) {
+        for (entry, in_base) in std::mem::take(&mut self.hidden) {
+            if in_base {
+                self.changed.remove(&entry);
+            } else {
+                self.own.insert((entry.0, Slot::Ready(entry.1)));
+            }
         }
     }
 

@@ -93,11 +93,13 @@ impl Engine {
     /// Buys cloud nodes for blocked jobs that booting nodes will not hold, and for pools below their min.
     /// Returns the ready nodes blocked jobs count on (scale-in keeps them) and the pools at max that still have
     /// demand they cannot hold (scale-in may swap an idle node there even at min).
-    /// `shadow` are running jobs that want capacity to move to (make before break), each with the markets it
-    /// may use for it (spot only to return to spot; its own to leave a node at risk); they get no pending reason.
+    /// `blocked` are the blocked jobs with how many of them the scheduling walk found (the rest move, see
+    /// [`Engine::plan_scale_out`]); `shadow` are running jobs that want capacity to move to (make before break),
+    /// each with the markets it may use for it (spot only to return to spot; its own to leave a node at risk);
+    /// they get no pending reason.
     pub(crate) fn scale_out(
         &mut self,
-        blocked: &[JobId],
+        blocked: (&[JobId], usize),
         shadow: &[(JobId, Access)],
         wake: &mut WakeAt,
     ) -> (BTreeSet<NodeId>, BTreeMap<usize, (u32, u32)>) {
@@ -105,12 +107,13 @@ impl Engine {
         self.apply_scale_out(plan)
     }
 
-    /// Plans scale-out for `blocked` jobs (in queue order) and `shadow` jobs (spot demand ahead of a move) within
+    /// Plans scale-out for `blocked` jobs (the first `walked` of them in queue order, as the scheduling walk
+    /// found them; the rest running jobs that move) and `shadow` jobs (spot demand ahead of a move) within
     /// `limits`, and the launches that bring pools to their min. Changes nothing; asks to be woken when a
     /// decision here may change with time alone (fallback to on-demand, cooldown end, backoff end).
     pub(crate) fn plan_scale_out(
         &self,
-        blocked: &[JobId],
+        (blocked, walked): (&[JobId], usize),
         shadow: &[(JobId, Access)],
         limits: Limits,
         wake: &mut WakeAt,
@@ -118,8 +121,16 @@ impl Engine {
         let mut planner = self.planner(limits);
         // One pending reason per job at most: sized once, not grown job by job.
         planner.out.reasons.reserve(blocked.len() + shadow.len());
-        for &id in blocked {
+        for (i, &id) in blocked.iter().enumerate() {
+            if i == walked {
+                // Jobs that move come after the walk's: where they stand in the next walk's order (before a gang
+                // or after it) is not known here, so they see the nodes held for gangs as they are.
+                planner.forks.iter_mut().for_each(Fork::unhide);
+            }
             planner.job(id, None, wake);
+        }
+        if blocked.len() <= walked {
+            planner.forks.iter_mut().for_each(Fork::unhide);
         }
         for &(id, access) in shadow {
             planner.job(id, Some(access), wake);

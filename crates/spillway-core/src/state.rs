@@ -44,6 +44,8 @@ pub struct Engine {
     /// The blocked jobs (in queue order) and the spot demand of running jobs the last pass planned scale-out
     /// for: the snapshot what-if questions are asked about.
     pub(crate) last_blocked: Vec<JobId>,
+    /// How many of `last_blocked` the scheduling walk found (the rest are running jobs that move).
+    pub(crate) last_walked: usize,
     pub(crate) last_shadow: Vec<(JobId, crate::access::Access)>,
     /// The nodes the last scheduling pass held back for blocked jobs before it turned quiet, (job, pool, node)
     /// sorted by job: the scale-out planner counts no job after one of them on its nodes, as the next pass holds
@@ -107,6 +109,7 @@ impl Engine {
             signal_lost: vec![None; cfg_pools],
             not_grown: vec![None; cfg_pools],
             last_blocked: Vec::new(),
+            last_walked: 0,
             holds: Vec::new(),
             last_shadow: Vec::new(),
             last_settled: false,

@@ -27,16 +27,20 @@ impl Engine {
         }
         limits.headroom[p] = self.headroom_within(p, limits.maxes[p], change.ignore_cooldown);
         let state = |s: JobState| move |id: &&JobId| self.c.jobs.get(id.0 as usize).is_some_and(|j| j.state == s);
-        let blocked: Vec<JobId> = if self.last_settled {
+        let (blocked, walked): (Vec<JobId>, usize) = if self.last_settled {
             // Those a pass would have found blocked: not held by their team's quota or their waiting budget.
             let blocked = |id: &JobId| self.blocked_if_unreached(*id);
-            self.queued_in_order(WHAT_IF_JOBS).into_iter().filter(blocked).collect()
+            let found: Vec<JobId> = self.queued_in_order(WHAT_IF_JOBS).into_iter().filter(blocked).collect();
+            let n = found.len();
+            (found, n)
         } else {
-            self.last_blocked.iter().filter(state(JobState::Queued)).copied().collect()
+            let queued = state(JobState::Queued);
+            let walk = self.last_blocked.iter().take(self.last_walked).filter(&queued).count();
+            (self.last_blocked.iter().filter(queued).copied().collect(), walk)
         };
         let shadow: Vec<(JobId, Access)> =
             self.last_shadow.iter().filter(|(id, _)| state(JobState::Running)(&id)).copied().collect();
-        let plan = self.plan_scale_out(&blocked, &shadow, limits, &mut WakeAt::default());
+        let plan = self.plan_scale_out((&blocked, walked), &shadow, limits, &mut WakeAt::default());
         let launches = plan.launches.get(&p).map_or(Vec::new(), |types| {
             types.iter().map(|(&it, &n)| (self.cfg.instance_types[it].name.clone(), n)).collect()
         });

@@ -16,8 +16,10 @@ impl Engine {
         self.queue.expire_budgets(now);
         let mut pass = Pass::new(&self.cfg, &self.pool_order, now, !self.exhaustive, grows, wanting);
         pass.cloud_room = cloud_room;
-        // An elastic job may widen into free GPUs between the walk and the planner, which a probe would not see.
-        pass.probe = Probe::new(!self.exhaustive && self.elastic.is_empty());
+        // Between the walk and the planner an elastic job may widen into free GPUs, and a job on a spot pool or
+        // falling back from one may move (its GPUs come free, its node may turn idle): a probe would see neither.
+        let spot = self.cfg.pools.iter().any(|p| p.market == crate::config::Market::Spot);
+        pass.probe = Probe::new(!self.exhaustive && self.elastic.is_empty() && !spot);
         let mut walker = Walker::new(&self.queue, self.pool_order.len(), shares, weights);
         let cut = loop {
             if let Some(cut) = pass.walk(&mut walker, &self.queue, &mut self.c, wake) {
