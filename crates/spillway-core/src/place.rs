@@ -108,8 +108,9 @@ pub(crate) struct Fork<'c> {
     changed: BTreeSet<(u32, NodeId)>,
     /// Slots with free GPUs this fork keeps itself: booting and planned nodes, ready nodes it changed.
     own: BTreeSet<(u32, Slot)>,
-    /// Ready nodes [`Fork::hide`] took out, each with whether its entry is `base`'s (else it was `own`'s).
-    hidden: Vec<((u32, NodeId), bool)>,
+    /// Slots [`Fork::hide`] and [`Fork::hide_unready`] took out, with their free GPUs then and whether the
+    /// entry is `base`'s (else it was `own`'s).
+    hidden: Vec<(u32, Slot, bool)>,
     /// GPU model of each planned slot.
     planned: Vec<&'c str>,
     /// The pool's nodes still booting, listed in `own` on first use (most estimates never place in most pools).
@@ -152,25 +153,40 @@ impl<'c> Fork<'c> {
         let Some(node) = self.nodes.get(n.0 as usize) else { return false };
         let entry = (node.free(), n);
         if self.base.contains(&entry) && !self.changed.contains(&entry) {
-            self.hidden.push((entry, true));
+            self.hidden.push((entry.0, Slot::Ready(n), true));
             return self.changed.insert(entry);
         }
         match self.own.iter().find(|&&(_, s)| s == Slot::Ready(n)).copied() {
-            Some(own) => {
-                self.hidden.push(((own.0, n), false));
-                self.own.remove(&own)
-            }
+            Some(own) => self.hide_own(own),
             None => false,
         }
     }
 
-    /// Puts back what [`Fork::hide`] took out, as it was then (nothing places on a hidden node).
+    /// Takes a booting or planned `slot` with `free` GPUs (as listed now) out of the fork; returns whether it
+    /// was listed so. Ready nodes go through [`Fork::hide`].
+    pub(crate) fn hide_unready(&mut self, slot: Slot, free: u32) -> bool {
+        slot.ready().is_none() && self.hide_own((free, slot))
+    }
+
+    fn hide_own(&mut self, entry: (u32, Slot)) -> bool {
+        let listed = self.own.remove(&entry);
+        if listed {
+            self.hidden.push((entry.0, entry.1, false));
+        }
+        listed
+    }
+
+    /// Puts back what [`Fork::hide`] and [`Fork::hide_unready`] took out, as it was then (nothing places on a
+    /// hidden slot).
     pub(crate) fn unhide(&mut self) {
-        for (entry, in_base) in std::mem::take(&mut self.hidden) {
-            if in_base {
-                self.changed.remove(&entry);
-            } else {
-                self.own.insert((entry.0, Slot::Ready(entry.1)));
+        for (free, slot, in_base) in std::mem::take(&mut self.hidden) {
+            match (in_base, slot) {
+                (true, Slot::Ready(n)) => {
+                    self.changed.remove(&(free, n));
+                }
+                _ => {
+                    self.own.insert((free, slot));
+                }
             }
         }
     }
@@ -303,6 +319,29 @@ mod tests {
         let got = place(&mut fork, 2, 2, None, true);
         assert_eq!(got.iter().map(|&(s, _)| s).collect::<Vec<_>>(), vec![Slot::Planned(0); 2]);
         assert_eq!(base, before);
+    }
+
+    #[test]
+    fn hidden_slots_take_no_worker_until_put_back_as_they_were() {
+        let nodes = vec![node(0, 8, 2, "a100"), node(1, 8, 0, "a100")];
+        let mut base = index(&nodes);
+        base.remove(&(8, NodeId(1)));
+        let booting = BTreeSet::from([NodeId(1)]);
+        let mut fork = Fork::new(&base, &nodes, &booting);
+        fork.plan(8, "a100");
+        let before = {
+            fork.prepare();
+            view(&fork)
+        };
+        assert!(fork.hide(NodeId(0)));
+        assert!(fork.hide_unready(Slot::Booting(NodeId(1)), 8));
+        assert!(fork.hide_unready(Slot::Planned(0), 8));
+        // Listed no more (a second hide finds nothing), and a ready node goes through `hide` only.
+        assert!(!fork.hide_unready(Slot::Planned(0), 8));
+        assert!(!fork.hide_unready(Slot::Ready(NodeId(0)), 6));
+        assert_eq!(place(&mut fork, 1, 1, None, true).len(), 0);
+        fork.unhide();
+        assert_eq!(view(&fork), before);
     }
 
     /// Returns what a fork lists: (free GPUs, slot) for every slot with free GPUs.

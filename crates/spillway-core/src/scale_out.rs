@@ -67,6 +67,11 @@ pub(crate) struct Planner<'e> {
     /// ready nodes, and which ones depends on what earlier jobs took there: a remembered gang counts only while
     /// nothing was taken since in the pools it tried.
     taken: Vec<u64>,
+    /// Whether the jobs planned now are the walk's blocked ones (not movers or shadows): a gang of those keeps
+    /// the booting and planned nodes it partly fits on (see [`Planner::keep_for_gang`]).
+    walk_order: bool,
+    /// Whether the job planned now hid a slot (its memo would say less than a fresh search).
+    hid: bool,
     /// Per tier: how long a job waits for spot before it may fall back to on-demand.
     fallback_after: Vec<Time>,
     /// Buffers kept across jobs: the slots the last placement took, the pools a job tries.
@@ -121,16 +126,16 @@ impl Engine {
         let mut planner = self.planner(limits);
         // One pending reason per job at most: sized once, not grown job by job.
         planner.out.reasons.reserve(blocked.len() + shadow.len());
-        for (i, &id) in blocked.iter().enumerate() {
-            if i == walked {
-                // Jobs that move come after the walk's: where they stand in the next walk's order (before a gang
-                // or after it) is not known here, so they see the nodes held for gangs as they are.
-                planner.forks.iter_mut().for_each(Fork::unhide);
-            }
+        let (walk, moving) = blocked.split_at(walked.min(blocked.len()));
+        for &id in walk {
             planner.job(id, None, wake);
         }
-        if blocked.len() <= walked {
-            planner.forks.iter_mut().for_each(Fork::unhide);
+        // Jobs that move come after the walk's: where they stand in the next walk's order (before a gang or after
+        // it) is not known here, so they see the nodes kept for gangs as they are.
+        planner.forks.iter_mut().for_each(Fork::unhide);
+        planner.walk_order = false;
+        for &id in moving {
+            planner.job(id, None, wake);
         }
         for &(id, access) in shadow {
             planner.job(id, Some(access), wake);
@@ -154,6 +159,8 @@ impl Engine {
             od_gpus,
             no_room: Failed::default(),
             taken: vec![0; pools],
+            walk_order: true,
+            hid: false,
             fallback_after: self.cfg.tiers.iter().map(|t| secs(t.spot_fallback_after_s.min(1e12))).collect(),
             slots: Vec::new(),
             cands: Vec::new(),
@@ -315,6 +322,7 @@ impl Planner<'_> {
     /// Plans for one job (see [`Planner::job`]).
     fn plan_job(&mut self, id: JobId, shadow: Option<Access>, wake: &mut WakeAt) {
         let is_shadow = shadow.is_some();
+        self.hid = false;
         let e = self.e;
         let now = e.now;
         let job = &e.c.jobs[id.0 as usize];
@@ -381,7 +389,7 @@ impl Planner<'_> {
         if counted {
             reason = PendingReason::WaitingForNodes;
         }
-        if reason == PendingReason::NoCapacity && !own_order {
+        if reason == PendingReason::NoCapacity && !own_order && !self.hid {
             let mask = cands.iter().fold(0u64, |m, &p| m | 1u64.checked_shl(p as u32).unwrap_or(u64::MAX));
             let kept = (held_to_spot, first_why, mask, self.taken_in(mask));
             self.no_room.insert(&e.c.jobs[id.0 as usize], access, key, kept);
@@ -535,6 +543,7 @@ impl Planner<'_> {
             if claims(left, room) {
                 self.out.claimed.extend(ready(&self.slots));
             }
+            self.keep_for_gang(p, w);
             if starving(left, room) {
                 // A pool whose max cannot hold the rest of this job beside the nodes it has is starving: scale-in
                 // may swap its idle nodes that are too small.
@@ -554,10 +563,31 @@ impl Planner<'_> {
         if claims(left, room - n) {
             self.out.claimed.extend(ready(&self.slots));
         }
-        if left > spare && starving(left, room - n) {
-            self.out.starved.entry(p).or_insert((g, best));
+        if left > spare {
+            self.keep_for_gang(p, w);
+            if starving(left, room - n) {
+                self.out.starved.entry(p).or_insert((g, best));
+            }
         }
         InPool::Buys
+    }
+
+    /// Takes the booting and planned slots a gang of `w` workers that does not fit in pool `p` partly placed on
+    /// (in `slots`) out of the fork, where it is one of the walk's blocked jobs: once ready, the walk holds such
+    /// nodes for it, and the planner hides them then (see [`Planner::hold_back`]). Counting a job behind the gang
+    /// on them while they boot would tell it it waits for nodes, and then, once they are ready, that it waits
+    /// for capacity, at every launch for the gang.
+    fn keep_for_gang(&mut self, p: usize, w: u32) {
+        if w < 2 || !self.walk_order {
+            return;
+        }
+        let fork = &mut self.forks[p];
+        let hid = self.slots.iter().fold(0, |n, &(slot, free)| n + u64::from(fork.hide_unready(slot, free)));
+        if hid > 0 {
+            // As if a job took them: a gang remembered to have found no room claims other nodes now.
+            self.taken[p] += hid;
+            self.hid = true;
+        }
     }
 
     /// Plans `n` nodes of type `it` in pool `p` for job `id`, and counts them as the job's to use.

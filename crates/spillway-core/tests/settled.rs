@@ -248,3 +248,46 @@ fn a_job_after_a_gang_is_not_told_to_wait_for_the_nodes_held_for_the_gang() {
     assert!(started(&acts, small).is_some(), "{acts:?}");
     assert!(h.job(long).state == spillway_core::JobState::Running);
 }
+
+/// One on-demand pool of at most three 8-GPU nodes, idle nodes removed after 10 minutes; p1 on on-demand.
+const GANG_BEHIND: &str = r#"
+[[instance_types]]
+name = "v8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 20.0
+
+[[pools]]
+name = "od"
+market = "on_demand"
+instance_types = ["v8"]
+max_nodes = 3
+scale_out_cooldown_s = 0
+idle_timeout_s = 600
+
+[tiers.p1]
+markets = ["on_demand"]
+
+[tiers.p2]
+markets = ["on_demand"]
+"#;
+
+#[test]
+fn a_job_behind_a_gang_is_not_told_it_waits_for_the_nodes_booting_for_the_gang() {
+    let mut h = Harness::new(GANG_BEHIND);
+    // A long job takes one node; a 3-node gang buys the two the pool has left and cannot start. A 4-GPU job
+    // behind it can never count on those two: once ready they are held for the gang (and idle out, and are
+    // bought again for it, in a loop). It is told it waits for capacity throughout, not for nodes, then
+    // capacity, at every launch for the gang.
+    let long = h.submit(spec("p0", 8, 1));
+    h.run_world(100.0, 60.0);
+    let gang = h.submit(spec("p1", 8, 3));
+    let small = h.submit(spec("p1", 4, 1));
+    h.run_world(3.0 * 3600.0, 60.0);
+    assert!(h.job(long).state == spillway_core::JobState::Running);
+    assert_eq!(h.job(gang).pending, PendingReason::NoCapacity);
+    let subject = format!("job:{}", small.0);
+    let told: Vec<&str> = h.records.iter().filter(|d| d.subject == subject).map(|d| d.reason).collect();
+    assert!(!told.contains(&"waiting_for_nodes"), "{told:?}");
+    assert!(told.contains(&"no_capacity"), "{told:?}");
+}
