@@ -241,33 +241,34 @@ pub(crate) fn find_placement(
     None
 }
 
-/// Holds back up to `workers` nodes with the most free GPUs for a blocked job, so later, smaller jobs do not
-/// take them; returns what it removed from the free index.
-fn reserve(c: &mut Cluster, cfg: &Config, order: &[usize], job: &Need) -> Vec<(usize, u32, NodeId)> {
+/// Holds back up to `workers` nodes with the most free GPUs for blocked job `id`, so later, smaller jobs do not
+/// take them: removes them from the free index and appends them to `held` as (pool, free GPUs, node, job);
+/// returns how many it held.
+fn reserve(
+    c: &mut Cluster,
+    cfg: &Config,
+    order: &[usize],
+    (job, id): (&Need, JobId),
+    held: &mut Vec<(usize, u32, NodeId, JobId)>,
+) -> usize {
     let (g, w) = (job.g, job.w);
     let want = job.model.as_deref();
+    let from = held.len();
     for pool in job_pools(cfg, order, job.access) {
-        let picks: Vec<(u32, NodeId)> = c.free[pool]
-            .iter()
-            .rev()
-            .filter(|(_, n)| {
-                let node = &c.nodes[n.0 as usize];
-                node.gpus >= g && model_fits(want, &node.gpu_model)
-            })
-            .take(w as usize)
-            .copied()
-            .collect();
-        if !picks.is_empty() {
-            return picks
-                .into_iter()
-                .map(|(f, n)| {
-                    c.free[pool].remove(&(f, n));
-                    (pool, f, n)
-                })
-                .collect();
+        let capable = |&&(_, n): &&(u32, NodeId)| {
+            let node = &c.nodes[n.0 as usize];
+            node.gpus >= g && model_fits(want, &node.gpu_model)
+        };
+        let picks = c.free[pool].iter().rev().filter(capable).take(w as usize);
+        held.extend(picks.map(|&(f, n)| (pool, f, n, id)));
+        if held.len() > from {
+            for &(_, f, n, _) in &held[from..] {
+                c.free[pool].remove(&(f, n));
+            }
+            break;
         }
     }
-    Vec::new()
+    held.len() - from
 }
 
 impl<'a> Pass<'a> {
@@ -779,12 +780,11 @@ impl<'a> Pass<'a> {
     fn hold(&mut self, c: &mut Cluster, id: JobId) {
         self.reservations += 1;
         let need = Need::of(&c.jobs[id.0 as usize], self.now);
-        let held = reserve(c, self.cfg, &self.pool_order[need.tier], &need);
+        let held = reserve(c, self.cfg, &self.pool_order[need.tier], (&need, id), &mut self.reserved);
         self.settles_memo = None;
-        if !held.is_empty() {
+        if held > 0 {
             self.first_hold.get_or_insert(self.scanned);
         }
-        self.reserved.extend(held.into_iter().map(|(p, f, n)| (p, f, n, id)));
     }
 
     /// Returns whether a job of `tier` with `access` may use a pool that can launch a node now.
