@@ -18,6 +18,8 @@ use crate::time::{Time, secs};
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod keep;
+
 /// A pool (index) and why it did not grow.
 type PoolWhy = (usize, NotGrown);
 
@@ -67,9 +69,18 @@ pub(crate) struct Planner<'e> {
     /// ready nodes, and which ones depends on what earlier jobs took there: a remembered gang counts only while
     /// nothing was taken since in the pools it tried.
     taken: Vec<u64>,
-    /// Whether the jobs planned now are the walk's blocked ones (not movers or shadows): a gang of those keeps
-    /// the booting and planned nodes it partly fits on (see [`Planner::keep_for_gang`]).
+    /// Whether the jobs planned now are the walk's blocked ones (not movers or shadows): a gang of those may
+    /// keep the booting and planned nodes it partly fits on (see [`Planner::keep_for_gang`]).
     walk_order: bool,
+    /// How many of the walk's blocked jobs were planned so far, and how many of those past the point where the
+    /// walk turned quiet it would hold nodes for (see [`Planner::note_reserved`]).
+    walked: usize,
+    reserving_past_quiet: usize,
+    /// Whether the walk held nodes back for the job planned now.
+    reserved: bool,
+    /// The pool where the job planned now would keep the slots in `kept` if it finds no room anywhere.
+    keep: Option<usize>,
+    kept: Vec<(Slot, u32)>,
     /// Whether the job planned now hid a slot (its memo would say less than a fresh search).
     hid: bool,
     /// Per tier: how long a job waits for spot before it may fall back to on-demand.
@@ -131,8 +142,10 @@ impl Engine {
             planner.job(id, None, wake);
         }
         // Jobs that move come after the walk's: where they stand in the next walk's order (before a gang or after
-        // it) is not known here, so they see the nodes kept for gangs as they are.
+        // it) is not known here, so they see the nodes kept for gangs as they are (and what shapes found no room
+        // without them is no guide).
         planner.forks.iter_mut().for_each(Fork::unhide);
+        planner.no_room.clear();
         planner.walk_order = false;
         for &id in moving {
             planner.job(id, None, wake);
@@ -160,6 +173,11 @@ impl Engine {
             no_room: Failed::default(),
             taken: vec![0; pools],
             walk_order: true,
+            walked: 0,
+            reserving_past_quiet: 0,
+            reserved: false,
+            keep: None,
+            kept: Vec::new(),
             hid: false,
             fallback_after: self.cfg.tiers.iter().map(|t| secs(t.spot_fallback_after_s.min(1e12))).collect(),
             slots: Vec::new(),
@@ -299,6 +317,10 @@ impl Planner<'_> {
     /// Plans for one job: counts it on nodes it fits, or buys for it in the first pool that can, and notes its
     /// pending reason (`shadow`: a running job that wants capacity in these markets to move to; it has none).
     pub(crate) fn job(&mut self, id: JobId, shadow: Option<Access>, wake: &mut WakeAt) {
+        self.reserved = false;
+        if self.walk_order && shadow.is_none() {
+            self.note_reserved(id);
+        }
         self.plan_job(id, shadow, wake);
         if shadow.is_none() {
             self.hold_back(id);
@@ -322,7 +344,7 @@ impl Planner<'_> {
     /// Plans for one job (see [`Planner::job`]).
     fn plan_job(&mut self, id: JobId, shadow: Option<Access>, wake: &mut WakeAt) {
         let is_shadow = shadow.is_some();
-        self.hid = false;
+        (self.hid, self.keep) = (false, None);
         let e = self.e;
         let now = e.now;
         let job = &e.c.jobs[id.0 as usize];
@@ -373,6 +395,10 @@ impl Planner<'_> {
                     // Nodes were added: a shape that found no room may find some on them.
                     self.no_room.clear();
                     reason = PendingReason::WaitingForNodes;
+                    // A gang that bought all its pool may and still does not fit keeps what it bought there.
+                    if self.keep == Some(p) {
+                        self.keep_for_gang();
+                    }
                     break;
                 }
                 InPool::No(why) => {
@@ -388,6 +414,9 @@ impl Planner<'_> {
         }
         if counted {
             reason = PendingReason::WaitingForNodes;
+        }
+        if reason == PendingReason::NoCapacity {
+            self.keep_for_gang();
         }
         if reason == PendingReason::NoCapacity && !own_order && !self.hid {
             let mask = cands.iter().fold(0u64, |m, &p| m | 1u64.checked_shl(p as u32).unwrap_or(u64::MAX));
@@ -543,8 +572,8 @@ impl Planner<'_> {
             if claims(left, room) {
                 self.out.claimed.extend(ready(&self.slots));
             }
-            self.keep_for_gang(p, w);
             if starving(left, room) {
+                self.note_keep(id, p, w);
                 // A pool whose max cannot hold the rest of this job beside the nodes it has is starving: scale-in
                 // may swap its idle nodes that are too small.
                 self.out.starved.entry(p).or_insert((g, best));
@@ -563,31 +592,11 @@ impl Planner<'_> {
         if claims(left, room - n) {
             self.out.claimed.extend(ready(&self.slots));
         }
-        if left > spare {
-            self.keep_for_gang(p, w);
-            if starving(left, room - n) {
-                self.out.starved.entry(p).or_insert((g, best));
-            }
+        if left > spare && starving(left, room - n) {
+            self.out.starved.entry(p).or_insert((g, best));
+            self.note_keep(id, p, w);
         }
         InPool::Buys
-    }
-
-    /// Takes the booting and planned slots a gang of `w` workers that does not fit in pool `p` partly placed on
-    /// (in `slots`) out of the fork, where it is one of the walk's blocked jobs: once ready, the walk holds such
-    /// nodes for it, and the planner hides them then (see [`Planner::hold_back`]). Counting a job behind the gang
-    /// on them while they boot would tell it it waits for nodes, and then, once they are ready, that it waits
-    /// for capacity, at every launch for the gang.
-    fn keep_for_gang(&mut self, p: usize, w: u32) {
-        if w < 2 || !self.walk_order {
-            return;
-        }
-        let fork = &mut self.forks[p];
-        let hid = self.slots.iter().fold(0, |n, &(slot, free)| n + u64::from(fork.hide_unready(slot, free)));
-        if hid > 0 {
-            // As if a job took them: a gang remembered to have found no room claims other nodes now.
-            self.taken[p] += hid;
-            self.hid = true;
-        }
     }
 
     /// Plans `n` nodes of type `it` in pool `p` for job `id`, and counts them as the job's to use.

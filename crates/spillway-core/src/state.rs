@@ -51,6 +51,9 @@ pub struct Engine {
     /// sorted by job: the scale-out planner counts no job after one of them on its nodes, as the next pass holds
     /// them for it again (see `Pass::planner_holds`).
     pub(crate) holds: Vec<(JobId, usize, crate::model::NodeId)>,
+    /// Which blocked jobs that pass held nodes back for: once the nodes booting for one are ready, the next pass
+    /// holds them for it.
+    pub(crate) reserving: Reserving,
     /// The last pass stopped where no job further on could start, preempt or buy: the jobs it did not reach
     /// wait for capacity as much as the blocked ones it did.
     pub(crate) last_settled: bool,
@@ -111,6 +114,7 @@ impl Engine {
             last_blocked: Vec::new(),
             last_walked: 0,
             holds: Vec::new(),
+            reserving: Reserving::default(),
             last_shadow: Vec::new(),
             last_settled: false,
             blocked_reordered: false,
@@ -148,4 +152,17 @@ pub(crate) struct BudgetState {
     pub alerted: usize,
     /// The hard cap's start was announced in this period.
     pub cap_raised: bool,
+}
+
+/// Which blocked jobs a scheduling pass held nodes back for, as the scale-out planner can tell in a walk that
+/// remembers and in one that searches afresh alike: exactly, for the jobs it found before it turned quiet; past
+/// that point (where the two walks part), each multi-GPU blocked job in turn while reservations are left.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Reserving {
+    /// The jobs held for (or that would have been, where no node was free) before the walk turned quiet, sorted.
+    pub jobs: Vec<JobId>,
+    /// How many blocked jobs the walk had found, and how many reservations it had made, when it turned quiet
+    /// (at its end, if it never did).
+    pub blocked: usize,
+    pub reservations: usize,
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Harness, launches, spec, spec_of, started};
-use spillway_core::{PendingReason, PoolChange};
+use spillway_core::{DecisionKind, PendingReason, PoolChange};
 
 /// One owned 8-GPU node; an on-demand pool with a 10-minute scale-out cooldown; a spot pool with room.
 const CONFIG: &str = r#"
@@ -290,4 +290,91 @@ fn a_job_behind_a_gang_is_not_told_it_waits_for_the_nodes_booting_for_the_gang()
     let told: Vec<&str> = h.records.iter().filter(|d| d.subject == subject).map(|d| d.reason).collect();
     assert!(!told.contains(&"waiting_for_nodes"), "{told:?}");
     assert!(told.contains(&"no_capacity"), "{told:?}");
+}
+
+/// Returns the pending reasons job `id` was told, in order.
+fn told(h: &Harness, id: spillway_core::JobId) -> Vec<&'static str> {
+    let subject = format!("job:{}", id.0);
+    h.records.iter().filter(|d| d.subject == subject && d.kind == DecisionKind::JobPending).map(|d| d.reason).collect()
+}
+
+#[test]
+fn without_backfill_a_job_behind_a_gang_is_told_the_same_while_the_gangs_nodes_boot_and_once_they_are_ready() {
+    // Without backfill the walk holds no node for the gang: the job behind it may count on the gang's nodes
+    // booting and ready alike (it starts after the gang, in queue order).
+    let mut h = Harness::new(&format!("{GANG_BEHIND}\n[policy]\nbackfill = false\n"));
+    h.submit(spec("p0", 8, 1));
+    h.run_world(100.0, 60.0);
+    h.submit(spec("p1", 8, 3));
+    let small = h.submit(spec("p1", 4, 1));
+    h.run_world(3.0 * 3600.0, 60.0);
+    let told = told(&h, small);
+    assert!(!told.contains(&"no_capacity"), "{told:?}");
+}
+
+/// Three on-demand pools of 8-GPU V100 nodes, cheapest first: `a` and `b` of at most two nodes, `c` of five.
+const THREE_POOLS: &str = r#"
+[[instance_types]]
+name = "a8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 20.0
+
+[[instance_types]]
+name = "b8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 25.0
+
+[[instance_types]]
+name = "c8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 30.0
+
+[[pools]]
+name = "a"
+market = "on_demand"
+instance_types = ["a8"]
+max_nodes = 2
+scale_out_cooldown_s = 0
+
+[[pools]]
+name = "b"
+market = "on_demand"
+instance_types = ["b8"]
+max_nodes = 2
+scale_out_cooldown_s = 0
+
+[[pools]]
+name = "c"
+market = "on_demand"
+instance_types = ["c8"]
+max_nodes = 5
+scale_out_cooldown_s = 0
+
+[tiers.p1]
+markets = ["on_demand"]
+
+[tiers.p2]
+markets = ["on_demand"]
+"#;
+
+#[test]
+fn a_gang_that_finds_room_in_a_later_pool_keeps_nothing_from_the_jobs_behind_it_in_the_earlier_ones() {
+    let mut h = Harness::new(THREE_POOLS);
+    let long = h.submit(spec("p0", 8, 1));
+    h.runs_for(long, 20_000.0);
+    h.run_world(100.0, 60.0);
+    let gang = h.submit(spec("p1", 8, 3));
+    h.runs_for(gang, 3600.0);
+    let small = h.submit(spec("p1", 4, 1));
+    h.runs_for(small, 600.0);
+    // The gang buys what `a` and `b` have left, and cannot start in either; it buys three nodes of `c`. The
+    // job behind it counts on a node booting in `a` or `b` (no pass holds those for the gang), and buys none.
+    let acts = h.run_world(7200.0, 60.0);
+    let in_c = launches(&acts).iter().filter(|l| l.1 == 2).count();
+    assert_eq!(in_c, 3, "{acts:?}");
+    assert_eq!(told(&h, small), vec!["waiting_for_fixed_capacity", "waiting_for_nodes"]);
+    assert!(started(&acts, gang).is_some() && started(&acts, small).is_some());
 }

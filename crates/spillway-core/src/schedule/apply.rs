@@ -28,7 +28,7 @@ impl Engine {
             let elastic_started = pass.plan.started.iter().any(|(id, _)| self.c.jobs[id.0 as usize].is_elastic());
             // The planner sees the nodes the walk holds as free: they are returned before it plans.
             let returned = return_held(&mut self.c, &pass.reserved);
-            self.holds = pass.planner_holds();
+            (self.holds, self.reserving) = pass.planner_holds();
             let settles = !elastic_started && self.probe(pass.blocked(), &pass.probe_pools());
             for (pool, entry) in returned {
                 self.c.free[pool].remove(&entry);
@@ -36,7 +36,7 @@ impl Engine {
             pass.probed(settles);
         };
         return_held(&mut self.c, &pass.reserved);
-        self.holds = pass.planner_holds();
+        (self.holds, self.reserving) = pass.planner_holds();
         let end = PassEnd {
             cut,
             scanned: pass.scanned,

@@ -164,8 +164,11 @@ struct Pass<'a> {
     /// Nodes held back for blocked jobs (pool, free GPUs, node, the job), returned to the free index after the
     /// walk.
     reserved: Vec<(usize, u32, NodeId, JobId)>,
-    /// How many of `reserved` were held before the walk turned quiet (see [`Pass::planner_holds`]).
-    held_before_quiet: Option<usize>,
+    /// The jobs nodes were held back for (or would have been, where none was free), in walk order.
+    reserving: Vec<JobId>,
+    /// How many of `reserved`, of `reserving`, of the blocked jobs and of the reservations there were when the
+    /// walk turned quiet (see [`Pass::planner_holds`]).
+    held_before_quiet: Option<(usize, usize, crate::state::Reserving)>,
     /// A buffer for placement searches.
     slots: Vec<(Slot, u32)>,
     /// Per pool: queued jobs not yet started that may use it (an elastic job starts wider only where no other
@@ -189,11 +192,24 @@ impl Pass<'_> {
     /// sorted by job: those made before the walk turned quiet. A node held after it has room for no worker of a
     /// job further on, and which jobs past that point hold nodes depends on how far the walk looks (it passes most
     /// by once settled), so the planner's answers would too.
-    fn planner_holds(&self) -> Vec<(JobId, usize, NodeId)> {
-        let before = &self.reserved[..self.held_before_quiet.unwrap_or(self.reserved.len())];
-        let mut holds: Vec<_> = before.iter().map(|&(p, _, n, id)| (id, p, n)).collect();
+    /// Besides, which blocked jobs the walk held nodes for (or would have, where none was free) before then.
+    fn planner_holds(&self) -> (Vec<(JobId, usize, NodeId)>, crate::state::Reserving) {
+        let (nodes, jobs, mut reserving) = self.held_before_quiet.clone().unwrap_or_else(|| self.reserving_now());
+        let mut holds: Vec<_> = self.reserved[..nodes].iter().map(|&(p, _, n, id)| (id, p, n)).collect();
         holds.sort_unstable();
-        holds
+        reserving.jobs = self.reserving[..jobs].to_vec();
+        reserving.jobs.sort_unstable();
+        (holds, reserving)
+    }
+
+    /// Returns how many nodes and jobs the walk reserved for so far, with the blocked jobs and reservations.
+    fn reserving_now(&self) -> (usize, usize, crate::state::Reserving) {
+        let at = crate::state::Reserving {
+            jobs: Vec::new(),
+            blocked: self.plan.blocked.len(),
+            reservations: self.reservations,
+        };
+        (self.reserved.len(), self.reserving.len(), at)
     }
 }
 
@@ -315,6 +331,7 @@ impl<'a> Pass<'a> {
             settled: false,
             least_gpus: Vec::new(),
             reserved: Vec::new(),
+            reserving: Vec::new(),
             held_before_quiet: None,
             slots: Vec::new(),
             wanting,
@@ -361,7 +378,7 @@ impl<'a> Pass<'a> {
             }
             if self.held_before_quiet.is_none() && self.settles_now(c, tier).0 {
                 // Where the walk turns quiet, in a walk that remembers and in one that searches afresh alike.
-                self.held_before_quiet = Some(self.reserved.len());
+                self.held_before_quiet = Some(self.reserving_now());
             }
             if self.remember && !self.settled {
                 let (quiet, settled) = self.settles_now(c, tier);
@@ -781,6 +798,7 @@ impl<'a> Pass<'a> {
         self.reservations += 1;
         let need = Need::of(&c.jobs[id.0 as usize], self.now);
         let held = reserve(c, self.cfg, &self.pool_order[need.tier], (&need, id), &mut self.reserved);
+        self.reserving.push(id);
         self.settles_memo = None;
         if held > 0 {
             self.first_hold.get_or_insert(self.scanned);

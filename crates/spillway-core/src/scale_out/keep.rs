@@ -1,0 +1,79 @@
+//! What a blocked gang keeps from the jobs planned after it: the booting and planned nodes it partly fits on,
+//! where the next scheduling pass will hold them for it once they are ready.
+//!
+//! The walk holds ready nodes back for a blocked gang (with backfill, up to the reservation cap, in the first
+//! pool of its order with a free node that holds a worker), and the planner hides those from the jobs behind it
+//! ([`Planner::hold_back`]). The nodes booting for a gang that cannot start are held the same way once ready. A
+//! job behind it counted on them while they boot would be told it waits for nodes, and then, once they are
+//! ready, that it waits for capacity, at every launch for the gang. So the planner keeps them for the gang
+//! where the walk will hold them: only for a gang the walk reserved for, only in the pool it will hold in,
+//! only where that pool's max cannot hold the rest of the gang (else the gang buys there once the pool may),
+//! and only where the gang finds no room anywhere (a gang that counts on or buys nodes elsewhere starts there).
+
+use super::Planner;
+use crate::access::{Access, job_pools};
+use crate::config::{Market, model_fits};
+use crate::model::{JobId, NodeId};
+
+impl Planner<'_> {
+    /// Notes whether job `id`, one of the walk's blocked jobs, is one the walk held nodes back for (see
+    /// [`crate::state::Reserving`]); call once per such job, in walk order.
+    pub(super) fn note_reserved(&mut self, id: JobId) {
+        let (e, i) = (self.e, self.walked);
+        let r = &e.reserving;
+        self.walked += 1;
+        self.reserved = if i < r.blocked {
+            r.jobs.binary_search(&id).is_ok()
+        } else {
+            let gang = &e.c.jobs[id.0 as usize].gang;
+            let holds = e.cfg.policy.backfill && (gang.workers > 1 || gang.gpus_per_worker > 1);
+            self.reserving_past_quiet += usize::from(holds);
+            holds && r.reservations + self.reserving_past_quiet <= e.cfg.policy.max_reservations
+        };
+    }
+
+    /// Notes that job `id`, a gang of `w` workers that found no room in pool `p` whose max cannot hold the rest
+    /// of it, keeps there what it partly placed on (the slots of its last placement), should it find no room
+    /// anywhere.
+    pub(super) fn note_keep(&mut self, id: JobId, p: usize, w: u32) {
+        if w < 2 || !self.walk_order || !self.reserved || self.keep.is_some() || self.hold_pool(id) != Some(p) {
+            return;
+        }
+        self.keep = Some(p);
+        self.kept.clone_from(&self.slots);
+    }
+
+    /// Takes the booting and planned slots noted by [`Planner::note_keep`] out of their pool's fork.
+    pub(super) fn keep_for_gang(&mut self) {
+        let Some(p) = self.keep.take() else { return };
+        let fork = &mut self.forks[p];
+        let hid = self.kept.iter().fold(0, |n, &(slot, free)| n + u64::from(fork.hide_unready(slot, free)));
+        if hid > 0 {
+            // As if a job took them: a gang remembered to have found no room claims other nodes now.
+            self.taken[p] += hid;
+            self.hid = true;
+        }
+    }
+
+    /// Returns the pool where the walk holds nodes for job `id` once the nodes booting now are ready: the first
+    /// of its order with a free node that holds a worker, or (in a cloud pool) a node booting or planned that
+    /// would.
+    fn hold_pool(&self, id: JobId) -> Option<usize> {
+        let e = self.e;
+        let job = &e.c.jobs[id.0 as usize];
+        let (g, model) = (job.spec.gpus_per_worker, job.spec.gpu_model.as_deref());
+        let holds = |n: &NodeId| {
+            let node = &e.c.nodes[n.0 as usize];
+            node.gpus >= g && model_fits(model, &node.gpu_model)
+        };
+        let free = |p: usize| e.c.free[p].iter().any(|(_, n)| holds(n));
+        let booting = |p: usize| e.c.pools[p].requested.iter().any(holds);
+        let planned = |p: usize| {
+            let mut types = self.out.launches.get(&p).into_iter().flat_map(|m| m.keys());
+            types.any(|&it| e.cfg.instance_types[it].holds(g, model))
+        };
+        let cloud = |p: usize| e.cfg.pools[p].market != Market::Fixed;
+        let order = &e.pool_order[job.tier];
+        job_pools(&e.cfg, order, Access::of(job, e.now)).find(|&p| free(p) || (cloud(p) && (booting(p) || planned(p))))
+    }
+}
