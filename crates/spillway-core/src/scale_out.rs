@@ -327,20 +327,6 @@ impl Planner<'_> {
         }
     }
 
-    /// Takes the nodes the scheduling pass held back for job `id` out of the forks, with what the job left free
-    /// there: the next pass holds them for it again, so no job after it could start there (it would be told it
-    /// waits for nodes it will not get, and buy none).
-    fn hold_back(&mut self, id: JobId) {
-        let holds = &self.e.holds;
-        let from = holds.partition_point(|h| h.0 < id);
-        for &(_, p, n) in holds[from..].iter().take_while(|h| h.0 == id) {
-            if self.forks.get_mut(p).is_some_and(|fork| fork.hide(n)) {
-                // As if a job took them: a gang remembered to have found no room claims other nodes now.
-                self.taken[p] += 1;
-            }
-        }
-    }
-
     /// Plans for one job (see [`Planner::job`]).
     fn plan_job(&mut self, id: JobId, shadow: Option<Access>, wake: &mut WakeAt) {
         let is_shadow = shadow.is_some();

@@ -16,6 +16,20 @@ use crate::config::{Market, model_fits};
 use crate::model::{JobId, NodeId};
 
 impl Planner<'_> {
+    /// Takes the nodes the scheduling pass held back for job `id` out of the forks, with what the job left free
+    /// there: the next pass holds them for it again, so no job after it could start there (it would be told it
+    /// waits for nodes it will not get, and buy none).
+    pub(super) fn hold_back(&mut self, id: JobId) {
+        let holds = &self.e.holds;
+        let from = holds.partition_point(|h| h.0 < id);
+        for &(_, p, n) in holds[from..].iter().take_while(|h| h.0 == id) {
+            if self.forks.get_mut(p).is_some_and(|fork| fork.hide(n)) {
+                // As if a job took them: a gang remembered to have found no room claims other nodes now.
+                self.taken[p] += 1;
+            }
+        }
+    }
+
     /// Notes whether job `id`, one of the walk's blocked jobs, is one the walk held nodes back for (see
     /// [`crate::state::Reserving`]); call once per such job, in walk order.
     pub(super) fn note_reserved(&mut self, id: JobId) {
