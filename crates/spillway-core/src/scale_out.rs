@@ -76,8 +76,11 @@ pub(crate) struct Planner<'e> {
     /// walk turned quiet it would hold nodes for (see [`Planner::note_reserved`]).
     walked: usize,
     reserving_past_quiet: usize,
-    /// Whether the walk held nodes back for the job planned now.
+    /// Whether the walk held nodes back for the job planned now; whether that job is held to spot until its
+    /// fallback time; whether it bought in a pool whose max still cannot hold it.
     reserved: bool,
+    held_to_spot: bool,
+    bought_short: bool,
     /// The pool where the job planned now would keep the slots in `kept` if it finds no room anywhere.
     keep: Option<usize>,
     kept: Vec<(Slot, u32)>,
@@ -176,6 +179,8 @@ impl Engine {
             walked: 0,
             reserving_past_quiet: 0,
             reserved: false,
+            held_to_spot: false,
+            bought_short: false,
             keep: None,
             kept: Vec::new(),
             hid: false,
@@ -330,7 +335,7 @@ impl Planner<'_> {
     /// Plans for one job (see [`Planner::job`]).
     fn plan_job(&mut self, id: JobId, shadow: Option<Access>, wake: &mut WakeAt) {
         let is_shadow = shadow.is_some();
-        (self.hid, self.keep) = (false, None);
+        (self.hid, self.keep, self.bought_short) = (false, None, false);
         let e = self.e;
         let now = e.now;
         let job = &e.c.jobs[id.0 as usize];
@@ -365,6 +370,7 @@ impl Planner<'_> {
         }
         let mut cands = std::mem::take(&mut self.cands);
         let held_to_spot = self.candidates(id, access, fallback_at, wake, &mut cands);
+        self.held_to_spot = held_to_spot;
         let mut reason = PendingReason::NoCapacity;
         let mut first_why: Option<(usize, NotGrown)> = None;
         // A job that left its node for a cheaper spot pool counts on the nodes ready or booting that hold it in
@@ -381,8 +387,9 @@ impl Planner<'_> {
                     // Nodes were added: a shape that found no room may find some on them.
                     self.no_room.clear();
                     reason = PendingReason::WaitingForNodes;
-                    // A gang that bought all its pool may and still does not fit keeps what it bought there.
-                    if self.keep == Some(p) {
+                    // A gang that bought all its pool may and still does not fit waits as one that found no
+                    // room: it keeps what it partly placed on where the next pass holds for it.
+                    if self.bought_short {
                         self.keep_for_gang();
                     }
                     break;
@@ -580,6 +587,7 @@ impl Planner<'_> {
         }
         if left > spare && starving(left, room - n) {
             self.out.starved.entry(p).or_insert((g, best));
+            self.bought_short = true;
             self.note_keep(id, p, w);
         }
         InPool::Buys

@@ -1537,3 +1537,81 @@ fn a_job_refused_beside_one_whose_data_moves_in_is_asked_again_at_that_instant()
     ];
     check_wakes(&case, &specs, None).unwrap();
 }
+
+/// A case `a_wake_up_every_few_seconds_changes_no_action` found (1,900 cases over two runs; present at b3c404d
+/// too, so before this round's planner changes), not mended yet: with a wake-up every 10 s, two spot nodes were
+/// launched at 15,220 s instead of 15,550 s. At 15,215 s the pass removed the spot pool's two idle nodes (idle
+/// timeout) and asked for no pass after it: return-to-spot had not counted job 6 (3 x 4 GPUs, running on
+/// on-demand) as one that may move (`watching` false), and 5 s later it did, with nothing in between but time.
+/// Which of its early checks turned is not found yet. Run with `--ignored`.
+#[test]
+#[ignore = "known failure, see its doc comment and issue 10's closing note"]
+fn a_job_on_demand_asks_for_spot_after_idle_spot_nodes_go_at_a_wake_up() {
+    let rich = Case {
+        params: Params {
+            fixed_count: 1,
+            fixed_gpus: 2,
+            on_demand: Some(CloudParams {
+                types: vec![0, 1],
+                min_nodes: 1,
+                max_nodes: 5,
+                boot_latency_s: 149,
+                idle_timeout_s: 921,
+                scale_out_cooldown_s: 96,
+                scale_in_cooldown_s: 70,
+                max_step_fraction: 1.0,
+                min_step_nodes: 3,
+                scale_in_protection: false,
+            }),
+            spot: Some(CloudParams {
+                types: vec![0, 1],
+                min_nodes: 0,
+                max_nodes: 2,
+                boot_latency_s: 209,
+                idle_timeout_s: 440,
+                scale_out_cooldown_s: 38,
+                scale_in_cooldown_s: 29,
+                max_step_fraction: 0.5,
+                min_step_nodes: 3,
+                scale_in_protection: false,
+            }),
+            prices: vec![(2.4, 1.1), (2.56, 0.88), (2.66, 0.77)],
+            preemption: true,
+            backfill: true,
+            quota_c: false,
+        },
+        jobs: vec![
+            Draft { tier: 0, team: 0, gpus: 8, workers: 2, submit_s: 2750, duration_s: 4234 },
+            Draft { tier: 0, team: 2, gpus: 8, workers: 3, submit_s: 329, duration_s: 4908 },
+            Draft { tier: 0, team: 1, gpus: 2, workers: 1, submit_s: 3170, duration_s: 6519 },
+            Draft { tier: 2, team: 2, gpus: 1, workers: 2, submit_s: 1360, duration_s: 6396 },
+            Draft { tier: 1, team: 0, gpus: 2, workers: 2, submit_s: 3349, duration_s: 1731 },
+            Draft { tier: 1, team: 1, gpus: 8, workers: 2, submit_s: 6339, duration_s: 4095 },
+            Draft { tier: 2, team: 2, gpus: 1, workers: 2, submit_s: 1780, duration_s: 6867 },
+            Draft { tier: 0, team: 2, gpus: 1, workers: 3, submit_s: 4575, duration_s: 5796 },
+            Draft { tier: 1, team: 1, gpus: 4, workers: 3, submit_s: 3869, duration_s: 6696 },
+            Draft { tier: 2, team: 0, gpus: 4, workers: 1, submit_s: 5773, duration_s: 2712 },
+        ],
+        boot_s: vec![141, 95, 347, 559, 351, 413, 535, 523, 552, 224, 408, 426, 329, 162, 247, 47, 558, 597],
+        fail_pct: 7,
+        rich: Some(Rich {
+            deadline_pct: 25,
+            deadline_x100: 155,
+            notices: vec![(6536, 3011779787), (229, 999937525), (4138, 3023223748)],
+            notice_s: 99,
+            report_checkpoints: true,
+            window: None,
+            target: None,
+            steps: Some((52, 380, 2, 25, 138, -1)),
+            p1_checkpoint_time_s: 82,
+            p1_fallback_s: 863,
+            p1_max_interruptions: Some(3),
+            p1_interval_s: 491,
+            greedy_deadlines: true,
+            spot_share: None,
+            offering_share: false,
+            regions: Some(1833),
+        }),
+    };
+    check_wakes(&rich, &[(0, 0, 0, 0)], Some(10 * 1000)).unwrap();
+}

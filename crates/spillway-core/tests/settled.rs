@@ -378,3 +378,138 @@ fn a_gang_that_finds_room_in_a_later_pool_keeps_nothing_from_the_jobs_behind_it_
     assert_eq!(told(&h, small), vec!["waiting_for_fixed_capacity", "waiting_for_nodes"]);
     assert!(started(&acts, gang).is_some() && started(&acts, small).is_some());
 }
+
+/// A spot pool of one 8-GPU node that boots in 10 minutes, and an on-demand pool of three that boot in 4; p1 and
+/// p2 burst at once, p1 falls back to on-demand at once.
+const SPOT_THEN_OD: &str = r#"
+[[instance_types]]
+name = "v8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 24.0
+spot_usd_per_hour = 4.5
+
+[[pools]]
+name = "spot"
+market = "spot"
+instance_types = ["v8"]
+max_nodes = 1
+scale_out_cooldown_s = 0
+idle_timeout_s = 600
+
+[[pools]]
+name = "od"
+market = "on_demand"
+instance_types = ["v8"]
+max_nodes = 3
+scale_out_cooldown_s = 0
+idle_timeout_s = 300
+
+[tiers.p1]
+spot_fallback_after_s = 0
+burst_after_s = 0
+
+[tiers.p2]
+burst_after_s = 0
+"#;
+
+/// Boots spot nodes in 10 minutes and on-demand ones in 4.
+fn spot_slow(_: f64, pool: usize, _: usize) -> Option<f64> {
+    Some(if pool == 0 { 600.0 } else { 240.0 })
+}
+
+#[test]
+fn a_spot_job_behind_a_gang_that_buys_on_demand_short_is_not_told_two_things_at_one_instant() {
+    // A long job takes one on-demand node; a 3-node interruptible gang buys the spot node and the two on-demand
+    // nodes left, and cannot start. The spot job behind it may count on none of them: once ready, the walk holds
+    // the spot node (first in the gang's order) for the gang. It is told so once per instant, not
+    // `waiting_for_nodes` and then `no_capacity` by the next pass at the same instant.
+    let mut h = Harness::new(SPOT_THEN_OD);
+    let long = h.submit(spec("p0", 8, 1));
+    h.runs_for(long, 20_000.0);
+    h.run_cloud(10.0, &spot_slow);
+    let mut gang = spec("p1", 8, 3);
+    gang.interruptible = Some(true);
+    let gang = h.submit(gang);
+    h.runs_for(gang, 3600.0);
+    h.run_cloud(20.0, &spot_slow);
+    let small = h.submit(spec("p2", 8, 1));
+    h.runs_for(small, 600.0);
+    h.run_cloud(4.0 * 3600.0, &spot_slow);
+    let subject = format!("job:{}", small.0);
+    let mut told: Vec<(spillway_core::Time, &str)> = h
+        .records
+        .iter()
+        .filter(|d| d.subject == subject && d.kind == DecisionKind::JobPending)
+        .map(|d| (d.at, d.reason))
+        .collect();
+    let all = told.len();
+    told.dedup_by_key(|r| r.0);
+    assert_eq!(told.len(), all, "{:?}", told);
+}
+
+/// As [`SPOT_THEN_OD`], with idle nodes kept an hour, a third pool, of A100 nodes, on-demand, and p2 on both markets.
+const SPOT_OD_A100: &str = r#"
+[[instance_types]]
+name = "v8"
+gpus = 8
+gpu_model = "V100"
+on_demand_usd_per_hour = 24.0
+spot_usd_per_hour = 4.5
+
+[[instance_types]]
+name = "a8"
+gpus = 8
+gpu_model = "A100"
+on_demand_usd_per_hour = 32.0
+
+[[pools]]
+name = "spot"
+market = "spot"
+instance_types = ["v8"]
+max_nodes = 1
+idle_timeout_s = 3600
+
+[[pools]]
+name = "od"
+market = "on_demand"
+instance_types = ["v8"]
+max_nodes = 3
+idle_timeout_s = 3600
+
+[[pools]]
+name = "od2"
+market = "on_demand"
+instance_types = ["a8"]
+max_nodes = 2
+
+[tiers.p1]
+burst_after_s = 0
+spot_fallback_after_s = 0
+
+[tiers.p2]
+burst_after_s = 0
+markets = ["spot", "on_demand"]
+"#;
+
+#[test]
+fn a_gang_held_in_one_pool_keeps_nothing_booting_in_another_from_the_jobs_behind_it() {
+    // The walk holds the gang's two ready on-demand nodes while its spot node boots (15 minutes); once that is
+    // ready it holds the spot node and lets one on-demand node go. The job behind it waits for that: it buys
+    // no A100 node it would never use.
+    let mut h = Harness::new(SPOT_OD_A100);
+    let boot = |_: f64, pool: usize, _: usize| Some(if pool == 1 { 240.0 } else { 900.0 });
+    let long = h.submit(spec("p0", 8, 1));
+    h.runs_for(long, 20_000.0);
+    h.run_cloud(5.0, &boot);
+    let mut gang = spec("p1", 8, 3);
+    (gang.interruptible, gang.gpu_model) = (Some(true), Some("V100".into()));
+    let gang = h.submit(gang);
+    h.runs_for(gang, 3600.0);
+    h.run_cloud(400.0, &boot);
+    let small = h.submit(spec("p2", 8, 1));
+    h.runs_for(small, 1800.0);
+    let acts = h.run_cloud(1200.0, &boot);
+    assert!(launches(&acts).iter().all(|l| l.1 != 2), "{acts:?}");
+    assert!(started(&acts, small).is_some(), "{acts:?}");
+}

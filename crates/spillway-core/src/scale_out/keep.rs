@@ -39,8 +39,10 @@ impl Planner<'_> {
         self.reserved = if i < r.blocked {
             r.jobs.binary_search(&id).is_ok()
         } else {
-            let gang = &e.c.jobs[id.0 as usize].gang;
-            let holds = e.cfg.policy.backfill && (gang.workers > 1 || gang.gpus_per_worker > 1);
+            let job = &e.c.jobs[id.0 as usize];
+            let (gang, checkpointing) = (&job.gang, job.not_before.is_some_and(|t| t > e.now));
+            // A job still checkpointing holds nodes for its next attempt with or without backfill.
+            let holds = checkpointing || (e.cfg.policy.backfill && (gang.workers > 1 || gang.gpus_per_worker > 1));
             self.reserving_past_quiet += usize::from(holds);
             holds && r.reservations + self.reserving_past_quiet <= e.cfg.policy.max_reservations
         };
@@ -50,7 +52,10 @@ impl Planner<'_> {
     /// of it, keeps there what it partly placed on (the slots of its last placement), should it find no room
     /// anywhere.
     pub(super) fn note_keep(&mut self, id: JobId, p: usize, w: u32) {
-        if w < 2 || !self.walk_order || !self.reserved || self.keep.is_some() || self.hold_pool(id) != Some(p) {
+        // Without backfill the walk holds nothing for a gang beyond its checkpoint; one held to spot tries other
+        // pools once spot cannot grow or its fallback time comes, so where it waits may change at once.
+        let held = self.e.cfg.policy.backfill && self.reserved && !self.held_to_spot;
+        if w < 2 || !self.walk_order || !held || self.keep.is_some() || self.hold_pool(id) != Some(p) {
             return;
         }
         self.keep = Some(p);
@@ -69,11 +74,16 @@ impl Planner<'_> {
         }
     }
 
-    /// Returns the pool where the walk holds nodes for job `id` once the nodes booting now are ready: the first
-    /// of its order with a free node that holds a worker, or (in a cloud pool) a node booting or planned that
-    /// would.
+    /// Returns the pool where the walk holds nodes for job `id` once the nodes booting now are ready: where it
+    /// holds ready nodes for it now (hidden already, see [`Planner::hold_back`]; the next pass holds elsewhere
+    /// only once a node booting in an earlier pool is ready, and frees these then), else the first of its order
+    /// with a free node that holds a worker, or (in a cloud pool) a node booting or planned that would.
     fn hold_pool(&self, id: JobId) -> Option<usize> {
         let e = self.e;
+        let from = e.holds.partition_point(|h| h.0 < id);
+        if let Some(&(_, p, _)) = e.holds.get(from).filter(|h| h.0 == id) {
+            return Some(p);
+        }
         let job = &e.c.jobs[id.0 as usize];
         let (g, model) = (job.spec.gpus_per_worker, job.spec.gpu_model.as_deref());
         let holds = |n: &NodeId| {
