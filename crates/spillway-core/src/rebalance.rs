@@ -67,12 +67,15 @@ impl Engine {
                         // Only falls further: it never moves again in this attempt.
                         continue;
                     }
+                    // It may move: a launch or removal later in this pass changes what spot can take, and a
+                    // removal books the node's hours into its offering's interruption rate, which the price of
+                    // moving below reads.
+                    watching = true;
                     if !crate::data_move::spot_move_pays(&self.c, &self.cfg, &self.pool_order[j.tier], j, p, now) {
                         // Moving its data costs more than spot saves over its remaining work; with less work
                         // left it saves less still, so only a price change (an event) can turn this.
                         continue;
                     }
-                    watching = true;
                     // Spot can take it now or after a cooldown or backoff (`None`: only an event changes that),
                     // or a spot node that fits is ready.
                     let (launchable, none_take) = launchable.get_or_insert_with(|| {
