@@ -12,17 +12,16 @@
 
 use super::Planner;
 use crate::access::{Access, job_pools};
-use crate::config::{Market, model_fits};
+use crate::config::Market;
 use crate::model::{JobId, NodeId};
+use crate::state::Engine;
 
 impl Planner<'_> {
     /// Takes the nodes the scheduling pass held back for job `id` out of the forks, with what the job left free
     /// there: the next pass holds them for it again, so no job after it could start there (it would be told it
     /// waits for nodes it will not get, and buy none).
     pub(super) fn hold_back(&mut self, id: JobId) {
-        let holds = &self.e.holds;
-        let from = holds.partition_point(|h| h.0 < id);
-        for &(_, p, n) in holds[from..].iter().take_while(|h| h.0 == id) {
+        for &(_, p, n) in holds_of(self.e, id) {
             if self.forks.get_mut(p).is_some_and(|fork| fork.hide(n)) {
                 // As if a job took them: a gang remembered to have found no room claims other nodes now.
                 self.taken[p] += 1;
@@ -80,16 +79,12 @@ impl Planner<'_> {
     /// with a free node that holds a worker, or (in a cloud pool) a node booting or planned that would.
     fn hold_pool(&self, id: JobId) -> Option<usize> {
         let e = self.e;
-        let from = e.holds.partition_point(|h| h.0 < id);
-        if let Some(&(_, p, _)) = e.holds.get(from).filter(|h| h.0 == id) {
+        if let Some(&(_, p, _)) = holds_of(self.e, id).first() {
             return Some(p);
         }
         let job = &e.c.jobs[id.0 as usize];
         let (g, model) = (job.spec.gpus_per_worker, job.spec.gpu_model.as_deref());
-        let holds = |n: &NodeId| {
-            let node = &e.c.nodes[n.0 as usize];
-            node.gpus >= g && model_fits(model, &node.gpu_model)
-        };
+        let holds = |n: &NodeId| crate::schedule::holds_worker(&e.c.nodes[n.0 as usize], g, model);
         let free = |p: usize| e.c.free[p].iter().any(|(_, n)| holds(n));
         let booting = |p: usize| e.c.pools[p].requested.iter().any(holds);
         let planned = |p: usize| {
@@ -100,4 +95,12 @@ impl Planner<'_> {
         let order = &e.pool_order[job.tier];
         job_pools(&e.cfg, order, Access::of(job, e.now)).find(|&p| free(p) || (cloud(p) && (booting(p) || planned(p))))
     }
+}
+
+/// Returns the nodes the last scheduling pass held back for job `id` (`Engine::holds`), as (job, pool,
+/// node).
+fn holds_of(e: &Engine, id: JobId) -> &[(JobId, usize, NodeId)] {
+    let from = e.holds.partition_point(|h| h.0 < id);
+    let to = from + e.holds[from..].partition_point(|h| h.0 == id);
+    &e.holds[from..to]
 }

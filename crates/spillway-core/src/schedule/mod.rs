@@ -271,10 +271,7 @@ fn reserve(
     let want = job.model.as_deref();
     let from = held.len();
     for pool in job_pools(cfg, order, job.access) {
-        let capable = |&&(_, n): &&(u32, NodeId)| {
-            let node = &c.nodes[n.0 as usize];
-            node.gpus >= g && model_fits(want, &node.gpu_model)
-        };
+        let capable = |&&(_, n): &&(u32, NodeId)| holds_worker(&c.nodes[n.0 as usize], g, want);
         let picks = c.free[pool].iter().rev().filter(capable).take(w as usize);
         held.extend(picks.map(|&(f, n)| (pool, f, n, id)));
         if held.len() > from {
@@ -285,6 +282,12 @@ fn reserve(
         }
     }
     held.len() - from
+}
+
+/// Returns whether `node` could hold a worker of `g` GPUs of `model` once free: the nodes a hold takes (see
+/// [`reserve`]).
+pub(crate) fn holds_worker(node: &crate::model::Node, g: u32, model: Option<&str>) -> bool {
+    node.gpus >= g && model_fits(model, &node.gpu_model)
 }
 
 impl<'a> Pass<'a> {
