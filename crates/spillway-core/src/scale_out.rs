@@ -355,10 +355,15 @@ impl Planner<'_> {
         // A job whose data may move tries pools in an order of its own: what its shape found is no guide.
         // So does a job leaving its pool for a cheaper one (it may buy only before its pool in its order).
         let own_order = crate::data_move::may_move(job) || access.before.is_some();
-        // A single worker claims nothing, and one that found no room finds none while GPUs are only taken.
-        let remembered = self.no_room.get(job, access, key).filter(|&(.., mask, taken)| {
-            !own_order && !e.exhaustive && (job.gang.workers == 1 || taken == self.taken_in(mask))
-        });
+        // A single worker claims nothing, and one that found no room finds none while GPUs are only taken. A gang
+        // the walk reserved for searches afresh: whether it keeps nodes booting for it from the jobs behind it
+        // depends on where the walk holds for this job (see `keep.rs`), not on its shape, and there are only a
+        // few such gangs in a pass.
+        let own_search = own_order || e.exhaustive || (self.reserved && job.gang.workers > 1);
+        let remembered = self
+            .no_room
+            .get(job, access, key)
+            .filter(|&(.., mask, taken)| !own_search && (job.gang.workers == 1 || taken == self.taken_in(mask)));
         if let Some((held_to_spot, why, ..)) = remembered {
             if held_to_spot {
                 wake.at(fallback_at);

@@ -1614,3 +1614,71 @@ fn a_job_on_demand_asks_for_spot_after_idle_spot_nodes_go_at_a_wake_up() {
     };
     check_wakes(&rich, &[(0, 0, 0, 0)], Some(10 * 1000)).unwrap();
 }
+
+/// A case the CI run of `remembering_shapes_that_found_no_room_changes_no_action` found (stop 42): two gangs of
+/// 3 x 8 GPUs wait at 7,646 s, both reserved for by the walk, one held on the fixed pool's nodes and one on an
+/// on-demand node. The first found no room and kept nothing; the second was answered by its memo, where a fresh
+/// search keeps the on-demand t8 booting for it from the jobs behind it (`scale_out/keep.rs`: where a gang keeps
+/// depends on where the walk holds for it, not on its shape). A 1-GPU job behind them then counted on that node
+/// in one run and bought a t1 on-demand in the other. A gang the walk reserved for now always searches afresh.
+#[test]
+fn a_gang_reserved_for_is_planned_as_a_fresh_search_plans_it() {
+    let od = CloudParams {
+        types: vec![0, 2],
+        min_nodes: 2,
+        max_nodes: 6,
+        boot_latency_s: 30,
+        idle_timeout_s: 602,
+        scale_out_cooldown_s: 0,
+        scale_in_cooldown_s: 0,
+        max_step_fraction: 0.25,
+        min_step_nodes: 1,
+        scale_in_protection: false,
+    };
+    let spot = CloudParams { types: vec![0], min_nodes: 0, max_nodes: 2, idle_timeout_s: 351, ..od.clone() };
+    let d = |tier, team, gpus, workers, submit_s, duration_s| Draft { tier, team, gpus, workers, submit_s, duration_s };
+    let case = Case {
+        params: Params {
+            fixed_count: 2,
+            fixed_gpus: 8,
+            on_demand: Some(od),
+            spot: Some(spot),
+            prices: vec![(2.0, 0.3); 3],
+            preemption: false,
+            backfill: true,
+            quota_c: false,
+        },
+        jobs: vec![
+            d(0, 0, 1, 3, 1037, 1950),
+            d(0, 0, 2, 2, 2729, 6092),
+            d(2, 0, 1, 3, 984, 60),
+            d(1, 0, 1, 3, 4764, 60),
+            d(0, 0, 8, 3, 4469, 2794),
+            d(0, 0, 8, 1, 490, 4078),
+            d(1, 2, 1, 1, 6247, 60),
+            d(0, 0, 1, 1, 2495, 60),
+            d(2, 2, 8, 1, 489, 60),
+            d(1, 0, 1, 1, 4181, 4747),
+            d(0, 1, 4, 2, 2138, 4701),
+            d(0, 1, 4, 3, 263, 3979),
+            d(0, 0, 8, 3, 4452, 1928),
+            d(0, 0, 8, 3, 4452, 60),
+            d(0, 0, 4, 2, 2729, 978),
+            d(1, 1, 1, 1, 5784, 1816),
+            d(0, 0, 1, 1, 4302, 918),
+            d(0, 1, 1, 1, 2326, 172),
+            d(0, 0, 8, 3, 1968, 3667),
+            d(0, 1, 8, 1, 5067, 525),
+        ],
+        boot_s: vec![
+            184, 10, 10, 252, 10, 10, 88, 205, 205, 10, 10, 172, 10, 10, 10, 420, 202, 260, 432, 59, 10, 308, 464, 205,
+        ],
+        fail_pct: 4,
+        rich: None,
+    };
+    let remembering = drive_opts(&case, &[], true, false, false).unwrap();
+    let afresh = drive_opts(&case, &[], true, false, true).unwrap();
+    if let Some(why) = first_difference(&afresh.log, &remembering.log, &[]) {
+        panic!("searching afresh vs remembering: {why}");
+    }
+}
