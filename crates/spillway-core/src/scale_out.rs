@@ -63,8 +63,9 @@ pub(crate) struct Planner<'e> {
     od_gpus: f64,
     /// Shapes that found neither room nor a launch since the last launch planned (see `shape`), with whether
     /// they were held to spot until their fallback time, why their first pool did not grow, the pools it tried
-    /// (a bit each) and what [`Planner::taken_in`] them said then.
-    no_room: Failed<(bool, Option<PoolWhy>, u64, u64)>,
+    /// (a bit each), what [`Planner::taken_in`] them said then, and the workers it was bought for (an elastic
+    /// job's most, which its shape does not say).
+    no_room: Failed<(bool, Option<PoolWhy>, u64, u64, u32)>,
     /// Per pool: how many jobs took its virtual free GPUs so far. A gang that found no room may still claim
     /// ready nodes, and which ones depends on what earlier jobs took there: a remembered gang counts only while
     /// nothing was taken since in the pools it tried.
@@ -360,10 +361,10 @@ impl Planner<'_> {
         // depends on where the walk holds for this job (see `keep.rs`), not on its shape, and there are only a
         // few such gangs in a pass.
         let own_search = own_order || e.exhaustive || (self.reserved && job.gang.workers > 1);
-        let remembered = self
-            .no_room
-            .get(job, access, key)
-            .filter(|&(.., mask, taken)| !own_search && (job.gang.workers == 1 || taken == self.taken_in(mask)));
+        let w = bought_workers(&e.c, job);
+        let remembered = self.no_room.get(job, access, key).filter(|&(.., mask, taken, bought)| {
+            !own_search && bought == w && (job.gang.workers == 1 || taken == self.taken_in(mask))
+        });
         if let Some((held_to_spot, why, ..)) = remembered {
             if held_to_spot {
                 wake.at(fallback_at);
@@ -418,7 +419,7 @@ impl Planner<'_> {
         }
         if reason == PendingReason::NoCapacity && !own_order && !self.hid {
             let mask = cands.iter().fold(0u64, |m, &p| m | 1u64.checked_shl(p as u32).unwrap_or(u64::MAX));
-            let kept = (held_to_spot, first_why, mask, self.taken_in(mask));
+            let kept = (held_to_spot, first_why, mask, self.taken_in(mask), w);
             self.no_room.insert(&e.c.jobs[id.0 as usize], access, key, kept);
         }
         self.cands = cands;
