@@ -533,7 +533,19 @@ impl Planner<'_> {
         let left = fits(&mut self.forks[p], g, w, model, &mut self.slots);
         // An elastic job whose fewest fit is held here when the pool cannot buy for the rest (judged only then).
         let cannot_buy = || room == 0 || self.limits.headroom[p] == 0 || e.team_capped(job.team);
+        let cooldown = secs(e.cfg.pools[p].scale_out_cooldown_s);
+        // Below its max, a pool without headroom is in its scale-out cooldown, or at the step limit of a launch in
+        // this very pass (whose cooldown starts now): it may grow again when that ends.
+        let stepped = self.planned[p] > 0;
+        let grows_at = || {
+            let last = if stepped { Some(now) } else { e.c.pools[p].last_scale_out };
+            last.map_or(now, |t| t + cooldown).max(now)
+        };
         if left == 0 || (left <= spare && cannot_buy()) {
+            if left > 0 && room > 0 && self.limits.headroom[p] == 0 && !e.team_capped(job.team) {
+                // Held on its fewest only until the pool may grow: it buys for the rest then.
+                wake.at(grows_at());
+            }
             self.taken[p] += 1;
             if claims(0, room) {
                 self.out.claimed.extend(ready(&self.slots));
@@ -544,17 +556,13 @@ impl Planner<'_> {
             // Its team spent a capped budget: it may use capacity there is, and buys none.
             return InPool::No(Some(NotGrown::BudgetCap));
         }
-        let cooldown = secs(e.cfg.pools[p].scale_out_cooldown_s);
         // Prefer a type whose nodes fit in the room left; else make progress with the best type.
         let (pick, why) = if room == 0 {
             let nodes = e.c.pools[p].alive + self.planned[p];
             (None, Some(NotGrown::AtMax { max_nodes: self.limits.maxes[p], nodes }))
         } else if self.limits.headroom[p] == 0 {
-            // Below max, so in its scale-out cooldown, or at the step limit of a launch in this very pass (whose
-            // cooldown starts now): the job may buy here once it ends.
-            let stepped = self.planned[p] > 0;
-            let last = if stepped { Some(now) } else { e.c.pools[p].last_scale_out };
-            let until = last.map_or(now, |t| t + cooldown).max(now);
+            // The job may buy here once the cooldown or step limit ends.
+            let until = grows_at();
             wake.at(until);
             (None, Some(if stepped { NotGrown::StepLimit { until } } else { NotGrown::Cooldown { until } }))
         } else {

@@ -276,3 +276,18 @@ fn an_elastic_job_neither_starts_nor_grows_past_its_teams_gpu_quota() {
     let why = width_reason(&h, job);
     assert!(why.text.contains("quota"), "it says the quota keeps it narrow: {}", why.text);
 }
+
+#[test]
+fn an_elastic_job_held_on_its_fewest_buys_for_the_rest_when_its_pools_cooldown_ends() {
+    // One node per launch, then 10 minutes of cooldown; nodes boot for 15 minutes, so the job is still queued
+    // (held on its fewest, on the node booting) when the cooldown ends, and buys for the rest then.
+    let cfg = config(0).replace(
+        "boot_latency_s = 240",
+        "boot_latency_s = 900\nscale_out_cooldown_s = 600\nmax_step_fraction = 0.25\nmin_step_nodes = 1",
+    );
+    let mut h = Harness::new(&cfg);
+    h.submit(elastic("p2", 1, 3));
+    h.run_world(700.0, 900.0);
+    let at: Vec<i64> = h.records_of(DecisionKind::ScaleOut, "queued_demand").iter().map(|d| d.at).collect();
+    assert_eq!(at, vec![0, 600_000], "a launch at the start and one when the cooldown ends");
+}
