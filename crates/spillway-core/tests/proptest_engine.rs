@@ -955,6 +955,18 @@ fn first_difference(a: &[Acted], b: &[Acted], extra: &[Time]) -> Option<String> 
     ))
 }
 
+/// Checks on one case that a run that remembers the shapes that found no room in a pass acts as one that searches
+/// afresh for every job.
+fn check_memo(case: &Case) -> Result<(), TestCaseError> {
+    let fast = drive_opts(case, &[], true, false, false).map_err(TestCaseError::fail)?;
+    let slow = drive_opts(case, &[], true, false, true).map_err(TestCaseError::fail)?;
+    if let Some(why) = first_difference(&slow.log, &fast.log, &[]) {
+        let cfg = config_toml(&case.params, case.rich.as_ref());
+        return Err(TestCaseError::fail(format!("searching afresh vs remembering: {why}\nconfig:\n{cfg}")));
+    }
+    Ok(())
+}
+
 /// Checks the wake-up property on one case: the actions and their instants are the same with the extra
 /// wake-ups `specs` asks for (see [`extra_wakes`]).
 /// With `grid` (ms), also a wake-up every `grid` ms over the run: a sweep that finds a decision which waits for
@@ -1040,12 +1052,7 @@ proptest! {
     #[test]
     fn remembering_shapes_that_found_no_room_changes_no_action(plain in case(), rich in rich_case()) {
         for case in [&plain, &rich] {
-            let fast = drive_opts(case, &[], true, false, false).map_err(TestCaseError::fail)?;
-            let slow = drive_opts(case, &[], true, false, true).map_err(TestCaseError::fail)?;
-            if let Some(why) = first_difference(&slow.log, &fast.log, &[]) {
-                let cfg = config_toml(&case.params, case.rich.as_ref());
-                return Err(TestCaseError::fail(format!("searching afresh vs remembering: {why}\nconfig:\n{cfg}")));
-            }
+            check_memo(case)?;
         }
     }
 
@@ -1685,9 +1692,5 @@ fn a_gang_reserved_for_is_planned_as_a_fresh_search_plans_it() {
         fail_pct: 4,
         rich: None,
     };
-    let remembering = drive_opts(&case, &[], true, false, false).unwrap();
-    let afresh = drive_opts(&case, &[], true, false, true).unwrap();
-    if let Some(why) = first_difference(&afresh.log, &remembering.log, &[]) {
-        panic!("searching afresh vs remembering: {why}");
-    }
+    check_memo(&case).unwrap();
 }
